@@ -1,0 +1,52 @@
+"""blamequeue: a durable, pluggable job queue for asyncio and trio.
+
+>>> from blamequeue import Queue
+>>> queue = Queue(backends={"primary": {"protocol": "local"}})
+"""
+
+from __future__ import annotations
+
+from ._audit import AuditEvent, LoggingAuditSink
+from ._backoff import Backoff, ExponentialBackoff, FixedBackoff, LinearBackoff, ScheduleBackoff
+from ._consumer import Consumer, ConsumerStats
+from ._context import JobContext
+from ._models import (
+    BackendStatus,
+    DeadLetter,
+    FlowChild,
+    FlowJob,
+    FlowResult,
+    Job,
+    RateLimit,
+    TickResult,
+)
+from ._queue import Queue
+from .errors import QueueError
+from .hookspecs import hookimpl
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AuditEvent",
+    "BackendStatus",
+    "Backoff",
+    "Consumer",
+    "ConsumerStats",
+    "DeadLetter",
+    "ExponentialBackoff",
+    "FixedBackoff",
+    "FlowChild",
+    "FlowJob",
+    "FlowResult",
+    "Job",
+    "JobContext",
+    "LinearBackoff",
+    "LoggingAuditSink",
+    "Queue",
+    "QueueError",
+    "RateLimit",
+    "ScheduleBackoff",
+    "TickResult",
+    "__version__",
+    "hookimpl",
+]

@@ -1,0 +1,120 @@
+"""The ``blamequeue`` command: ``main()`` parses the command line and runs one subcommand.
+
+Each subcommand lives in its own module with ``add_parser(subparsers)`` (its options, help and
+examples) and ``run(args) -> int``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import platform
+import sys
+from collections.abc import Sequence
+
+from blamequeue import __version__
+from blamequeue.errors import QueueError
+
+from . import _bench, _demo, _worker
+from ._running import (
+    EXIT_INTERRUPTED,
+    EXIT_USAGE,
+    Interrupted,
+    UsageError,
+    exit_code_for,
+    say,
+)
+
+__all__ = ["build_parser", "main"]
+
+_DESCRIPTION = """\
+blamequeue: a durable, pluggable job queue for asyncio and trio.
+
+A job you enqueue survives crashes and restarts, is leased by one worker at a time, is retried
+with a deterministic backoff, and lands in a dead-letter queue when it runs out of attempts.
+New here? Run `blamequeue demo`.
+"""
+
+_EPILOG = """\
+examples:
+  blamequeue demo
+      watch enqueue, priority, delay, retries and the dead-letter queue (~10 s)
+  blamequeue worker app.tasks:send_email --queue emails --concurrency 8
+      run app/tasks.py's send_email(job, ctx) over the "emails" queue until Ctrl-C
+  blamequeue bench --backend local --json
+      measure throughput, latency and memory on the SQLite backend
+
+configuration (worker):
+  BLAMEQUEUE_PROTOCOL      local (default) | redis | sqs | memory
+  BLAMEQUEUE_LOCAL_PATH    the SQLite file of the local backend (default ./blamequeue.db)
+  BLAMEQUEUE_REDIS_URL, BLAMEQUEUE_SQS_QUEUE_URL, BLAMEQUEUE_SEAL_KEYS,
+  BLAMEQUEUE_SWEEP_INTERVAL, ...: see the documentation of Queue.from_env
+
+exit codes:
+  0    success (including a worker stopped gracefully by SIGINT/SIGTERM)
+  1    runtime error: printed as "error: [code] message" on stderr
+  2    usage or configuration error: bad option, handler not importable, invalid config
+  130  interrupted (Ctrl-C outside a worker's graceful shutdown)
+
+`blamequeue COMMAND --help` shows each command's options and examples.
+"""
+
+
+def _version() -> str:
+    return f"blamequeue {__version__} (Python {platform.python_version()})"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="blamequeue",
+        description=_DESCRIPTION,
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=_version())
+    subparsers = parser.add_subparsers(
+        title="commands", metavar="COMMAND", dest="command", required=True
+    )
+    _demo.add_parser(subparsers)
+    _worker.add_parser(subparsers)
+    _bench.add_parser(subparsers)
+    return parser
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    """The errors inside (possibly nested) exception groups: task groups wrap what they raise."""
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
+    return [exc]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``blamequeue`` with ``argv`` (default: ``sys.argv[1:]``); returns the exit code."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version and argparse's own usage errors
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=getattr(args, "log_level", "warning").upper(),
+        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
+    )
+    try:
+        code: int = args.run(args)
+        return code
+    except BaseException as exc:
+        leaves = _leaves(exc)
+        if any(isinstance(leaf, KeyboardInterrupt | Interrupted) for leaf in leaves):
+            say("interrupted")
+            return EXIT_INTERRUPTED
+        usage = [leaf for leaf in leaves if isinstance(leaf, UsageError)]
+        if usage:
+            say(f"error: {usage[0]}")
+            return EXIT_USAGE
+        errors = [leaf for leaf in leaves if isinstance(leaf, QueueError)]
+        if errors and len(errors) == len(leaves):
+            for error in errors:
+                say(f"error: {error}")
+            return max(exit_code_for(error) for error in errors)
+        raise

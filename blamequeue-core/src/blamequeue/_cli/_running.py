@@ -1,0 +1,134 @@
+"""How a command runs: its event loop, its exit codes, and how errors reach the user."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import math
+import signal
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import TypeVar
+
+import anyio
+
+from blamequeue.errors import QueueError
+
+__all__ = [
+    "EXIT_ERROR",
+    "EXIT_INTERRUPTED",
+    "EXIT_OK",
+    "EXIT_USAGE",
+    "LOOPS",
+    "Interrupted",
+    "UsageError",
+    "exit_code_for",
+    "non_negative_seconds",
+    "positive_int",
+    "positive_seconds",
+    "run_on_loop",
+    "say",
+    "stopped_by_signals",
+]
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+LOOPS = ("asyncio", "trio")
+
+#: Codes that mean "what you asked for cannot work as configured" rather than "it broke".
+_CONFIG_CODES = frozenset({"queue/invalid-config", "queue/deferred-protocol"})
+
+T = TypeVar("T")
+
+
+class UsageError(Exception):
+    """A mistake in how the command was called (exit code 2); the message says what to fix."""
+
+
+def exit_code_for(exc: QueueError) -> int:
+    return EXIT_USAGE if exc.code in _CONFIG_CODES else EXIT_ERROR
+
+
+def say(message: str) -> None:
+    """A line for the operator on stderr (stdout stays for results and ``--json``)."""
+    sys.stderr.write(message + "\n")
+    sys.stderr.flush()
+
+
+class Interrupted(Exception):
+    """SIGINT or SIGTERM stopped the command (exit code 130)."""
+
+
+def run_on_loop(fn: Callable[[], Awaitable[T]], loop: str) -> T:
+    if loop == "trio" and importlib.util.find_spec("trio") is None:
+        raise UsageError("--loop trio needs trio installed: pip install trio")
+    return anyio.run(fn, backend=loop)
+
+
+@asynccontextmanager
+async def stopped_by_signals() -> AsyncIterator[None]:
+    """SIGINT and SIGTERM cancel the body, then :class:`Interrupted` is raised.
+
+    Use it *inside* ``async with queue:`` so the queue itself shuts down without being
+    cancelled, and nothing is interrupted at an arbitrary point (a raising signal handler can
+    land inside the event loop itself).
+    """
+    signalled: list[int] = []
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with anyio.create_task_group() as tg:
+
+            async def watch() -> None:
+                async for signum in signals:
+                    signalled.append(signum)
+                    tg.cancel_scope.cancel()
+
+            tg.start_soon(watch)
+            try:
+                yield
+            finally:
+                tg.cancel_scope.cancel()
+    if signalled:
+        raise Interrupted(signal.Signals(signalled[0]).name)
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected seconds (e.g. 30 or 0.5), got {text!r}"
+        ) from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number of seconds, got {text}")
+    return value
+
+
+def positive_seconds(text: str) -> float:
+    """argparse type: a finite number of seconds > 0."""
+    value = _seconds(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
+    return value
+
+
+def non_negative_seconds(text: str) -> float:
+    """argparse type: a finite number of seconds >= 0."""
+    value = _seconds(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more seconds, got {text}")
+    return value

@@ -1,0 +1,409 @@
+"""``blamequeue worker MODULE:HANDLER``: run a handler over one or more queues until SIGINT or
+SIGTERM, then shut down gracefully (running handlers finish, up to ``--shutdown-timeout``)."""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import importlib
+import inspect
+import json
+import logging
+import os
+import reprlib
+import signal
+import sys
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import anyio
+
+from blamequeue import Consumer, Job, Queue, __version__
+from blamequeue._execution import Handler, _is_async
+
+from ._running import (
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    LOOPS,
+    UsageError,
+    non_negative_seconds,
+    positive_int,
+    positive_seconds,
+    run_on_loop,
+    say,
+)
+
+__all__ = ["add_parser", "load_handler", "run"]
+
+log = logging.getLogger("blamequeue.worker")
+
+_EPILOG = """\
+examples:
+  blamequeue worker app.tasks:send_email --queue emails
+  blamequeue worker app.tasks:send_email --queue emails --queue digests --concurrency 16
+  blamequeue worker tasks:handle --queue q --path /var/lib/app/jobs.db --loop trio
+  BLAMEQUEUE_PROTOCOL=redis BLAMEQUEUE_REDIS_URL=redis://localhost:6379/0 \\
+      blamequeue worker app.tasks:handle --queue q
+  blamequeue worker app.tasks:handle --queue q \\
+      --backend-config '{"protocol": "local", "path": "jobs.db", "max_attempts": 3}'
+
+the handler:
+  async def send_email(job, ctx):      # job.payload is what was enqueued
+      ...                              # return = done; raise = retry with backoff, then DLQ
+  A plain `def handler(job, ctx)` runs in a worker thread (for blocking code such as an ORM).
+  The current directory (or --app-dir) is put first on sys.path, as uvicorn does.
+
+backend:
+  By default the queue is built by Queue.from_env() from BLAMEQUEUE_* variables (protocol
+  local, file ./blamequeue.db, unless set). --path FILE picks the SQLite file of the local
+  backend; --backend-config takes one backend's config as JSON (or @file.json).
+
+stopping:
+  SIGINT (Ctrl-C) or SIGTERM stops leasing at once and lets running handlers finish, for up
+  to --shutdown-timeout seconds; handlers still running then are cancelled and their jobs go
+  back to pending.  A second signal does that at once.  The worker prints what it processed
+  and exits 0 (130 after a second signal).
+"""
+
+_LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "worker",
+        help="run a handler over one or more queues until SIGINT/SIGTERM",
+        description="Run MODULE:HANDLER over the given queues until SIGINT or SIGTERM, then\n"
+        "shut down gracefully.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "target",
+        metavar="MODULE:HANDLER",
+        help="the handler to run, e.g. app.tasks:send_email (an attribute path after ':')",
+    )
+    parser.add_argument(
+        "-q",
+        "--queue",
+        dest="queues",
+        metavar="NAME",
+        action="append",
+        required=True,
+        help="queue to consume (repeat to consume several with the same handler)",
+    )
+    parser.add_argument(
+        "-c",
+        "--concurrency",
+        type=positive_int,
+        default=1,
+        metavar="N",
+        help="handlers running at once, per queue (default: 1)",
+    )
+    parser.add_argument(
+        "--lease",
+        type=positive_seconds,
+        default=30.0,
+        metavar="S",
+        help="seconds a job stays leased before another worker may take it; renewed every "
+        "S/3 while its handler runs (default: 30)",
+    )
+    parser.add_argument(
+        "--poll-interval",
+        type=positive_seconds,
+        default=1.0,
+        metavar="S",
+        help="seconds between polls of an idle queue when nothing wakes the worker (default: 1)",
+    )
+    parser.add_argument(
+        "--shutdown-timeout",
+        type=non_negative_seconds,
+        default=30.0,
+        metavar="S",
+        help="seconds running handlers get to finish after SIGINT/SIGTERM (default: 30)",
+    )
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument(
+        "--path",
+        metavar="FILE",
+        help="SQLite file of the local backend (sets BLAMEQUEUE_LOCAL_PATH)",
+    )
+    source.add_argument(
+        "--backend-config",
+        metavar="JSON",
+        help='one backend\'s config as JSON, e.g. \'{"protocol": "local", "path": "jobs.db"}\', '
+        "or @FILE to read it from a file (instead of BLAMEQUEUE_* variables)",
+    )
+    parser.add_argument(
+        "--app-dir",
+        default=".",
+        metavar="DIR",
+        help="directory put first on sys.path before importing MODULE (default: .)",
+    )
+    parser.add_argument(
+        "--loop", choices=LOOPS, default="asyncio", help="event loop to run on (default: asyncio)"
+    )
+    parser.add_argument(
+        "--log-level",
+        choices=_LOG_LEVELS,
+        default="info",
+        help="failed jobs log at warning, each finished job at debug (default: info)",
+    )
+    parser.set_defaults(run=run)
+
+
+# -- the handler --------------------------------------------------------------------------------
+def load_handler(target: str, app_dir: str = ".") -> Handler:
+    """Import ``MODULE:ATTR`` (``ATTR`` may be dotted) and check it can be called as
+    ``handler(job, ctx)``; every mistake is a :class:`UsageError` that says what to fix."""
+    module_name, sep, attr_path = target.partition(":")
+    if not sep or not module_name or not attr_path:
+        raise UsageError(
+            f"the handler must be given as MODULE:HANDLER (e.g. app.tasks:send_email), "
+            f"got {target!r}"
+        )
+    directory = str(Path(app_dir).resolve())
+    if directory not in sys.path:
+        sys.path.insert(0, directory)
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        missing = exc.name or ""
+        # Only when the module asked for (or a parent package) is missing: an import that
+        # fails inside the user's module is a bug there and keeps its traceback.
+        if missing and (module_name == missing or module_name.startswith(missing + ".")):
+            raise UsageError(
+                f"cannot import module {module_name!r}: no module named {missing!r} "
+                f"(searched {directory} and sys.path; run from your project directory or "
+                f"pass --app-dir)"
+            ) from None
+        raise
+    obj: Any = module
+    for part in attr_path.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise UsageError(
+                f"module {module_name!r} ({getattr(module, '__file__', '?')}) has no attribute "
+                f"{attr_path!r}"
+            ) from None
+    if not callable(obj):
+        raise UsageError(
+            f"{target} is not callable (it is {type(obj).__name__} {reprlib.repr(obj)}); a "
+            f"handler is a function such as `async def handler(job, ctx)`"
+        )
+    try:
+        inspect.signature(obj).bind(None, None)
+    except TypeError:
+        raise UsageError(
+            f"{target} cannot be called as handler(job, ctx); give it two parameters, "
+            f"e.g. `async def handler(job, ctx)`"
+        ) from None
+    except ValueError:
+        pass  # no introspectable signature (some builtins): let it run
+    handler: Handler = obj
+    return handler
+
+
+def _log_failure(job: Job, exc: Exception) -> None:
+    if job.attempts < job.max_attempts:
+        fate = "it will be retried"
+    else:
+        fate = "it goes to the dead-letter queue"
+    log.warning(
+        "job %s on %r failed (attempt %d of %d), %s: %s: %s",
+        job.id,
+        job.queue,
+        job.attempts,
+        job.max_attempts,
+        fate,
+        type(exc).__name__,
+        exc,
+        exc_info=exc,
+    )
+
+
+def _observed(handler: Handler) -> Handler:
+    """The handler, logging each failure (the engine records it in the job; the operator
+    watching the worker should see it too).  Keeps sync handlers sync (they run in a thread)."""
+    if _is_async(handler):
+
+        @functools.wraps(handler)
+        async def run_async(job: Job, ctx: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                result = await handler(job, ctx)
+            except Exception as exc:
+                _log_failure(job, exc)
+                raise
+            log.debug("job %s on %r done in %.1f ms", job.id, job.queue, _ms(started))
+            return result
+
+        return run_async
+
+    @functools.wraps(handler)
+    def run_sync(job: Job, ctx: Any) -> Any:
+        started = time.perf_counter()
+        try:
+            result = handler(job, ctx)
+        except Exception as exc:
+            _log_failure(job, exc)
+            raise
+        log.debug("job %s on %r done in %.1f ms", job.id, job.queue, _ms(started))
+        return result
+
+    return run_sync
+
+
+def _ms(started: float) -> float:
+    return (time.perf_counter() - started) * 1000
+
+
+# -- the queue ----------------------------------------------------------------------------------
+def _backend_config(text: str) -> dict[str, Any]:
+    source = "--backend-config"
+    if text.startswith("@"):
+        source = text[1:]
+        try:
+            text = Path(source).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise UsageError(f"--backend-config: cannot read {source}: {exc.strerror}") from None
+    try:
+        config = json.loads(text)
+    except ValueError as exc:
+        raise UsageError(f"{source} is not valid JSON: {exc}") from None
+    if not isinstance(config, dict):
+        raise UsageError(
+            f'{source} must be a JSON object such as {{"protocol": "local", "path": "jobs.db"}}'
+        )
+    return config
+
+
+def build_queue(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> Queue:
+    """The worker's queue: one backend named ``default``."""
+    environ = dict(os.environ if env is None else env)
+    if args.backend_config is not None:
+        return Queue(backends={"default": _backend_config(args.backend_config)})
+    if args.path is not None:
+        protocol = environ.get("BLAMEQUEUE_PROTOCOL", "local").strip() or "local"
+        if protocol != "local":
+            raise UsageError(
+                f"--path is the SQLite file of the local backend, but BLAMEQUEUE_PROTOCOL="
+                f"{protocol}; unset one of them"
+            )
+        environ["BLAMEQUEUE_LOCAL_PATH"] = args.path
+    return Queue.from_env(environ)
+
+
+def _where(args: argparse.Namespace) -> str:
+    """Where the jobs live, for the banner (never credentials)."""
+    if args.backend_config is not None:
+        config = _backend_config(args.backend_config)
+        protocol = str(config.get("protocol"))
+        location = config.get("path") or config.get("url") or config.get("queue_url")
+    else:
+        protocol = os.environ.get("BLAMEQUEUE_PROTOCOL", "local").strip() or "local"
+        location = {
+            "local": args.path or os.environ.get("BLAMEQUEUE_LOCAL_PATH") or "./blamequeue.db",
+            "redis": os.environ.get("BLAMEQUEUE_REDIS_URL"),
+            "sqs": os.environ.get("BLAMEQUEUE_SQS_QUEUE_URL"),
+        }.get(protocol)
+    if protocol == "local" and isinstance(location, str):
+        location = str(Path(location).resolve())
+    elif isinstance(location, str) and "@" in location:
+        parts = urlsplit(location)
+        location = f"{parts.scheme}://{parts.hostname}" + (f":{parts.port}" if parts.port else "")
+    return f"{protocol} ({location})" if location else protocol
+
+
+# -- running ------------------------------------------------------------------------------------
+def _summary(consumers: list[Consumer], seconds: float) -> str:
+    lines = []
+    for consumer in consumers:
+        s = consumer.stats
+        text = (
+            f"queue {consumer.queue_name!r}: {s.succeeded + s.failed} processed "
+            f"({s.succeeded} succeeded, {s.failed} failed, {s.moved_to_dlq} to the DLQ)"
+        )
+        extras = [
+            f"{count} {what}"
+            for count, what in (
+                (s.released, "released back to pending at shutdown"),
+                (s.stale, "stale (lease lost to another worker)"),
+                (s.unsettled, "unsettled (backend refused the outcome; back after the lease)"),
+            )
+            if count
+        ]
+        if extras:
+            text += "; " + ", ".join(extras)
+        lines.append(text)
+    return f"blamequeue worker: stopped after {seconds:.1f} s\n  " + "\n  ".join(lines)
+
+
+async def _serve(args: argparse.Namespace, queue: Queue, handler: Handler) -> int:
+    started = time.monotonic()
+    consumers: list[Consumer] = []
+    forced = False
+
+    async def cancel_on_second_signal(signals: AsyncIterator[int]) -> None:
+        nonlocal forced
+        async for signum in signals:
+            forced = True
+            say(
+                f"blamequeue worker: {signal.Signals(signum).name} again; cancelling running "
+                f"handlers, their jobs go back to pending"
+            )
+            for consumer in consumers:
+                consumer.abort()
+            return
+
+    # Listen before starting so a signal during start-up is not lost to the default handler.
+    # The queue's own task group must nest inside ours: start() and shutdown() are called from
+    # this task, inside this task group.
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with anyio.create_task_group() as tg:
+            await queue.start()
+            try:
+                for name in args.queues:
+                    consumers.append(
+                        await queue.consume(
+                            name,
+                            handler,
+                            concurrency=args.concurrency,
+                            lease=args.lease,
+                            poll_interval=args.poll_interval,
+                        )
+                    )
+                queues = ", ".join(repr(name) for name in args.queues)
+                say(
+                    f"blamequeue worker {__version__} (pid {os.getpid()}, {args.loop}): "
+                    f"{args.target} on {queues}, concurrency {args.concurrency}, "
+                    f"lease {args.lease:g} s, backend {_where(args)}\n"
+                    f"  stop with Ctrl-C or SIGTERM"
+                )
+                async for signum in signals:
+                    running = sum(consumer.in_flight for consumer in consumers)
+                    say(
+                        f"blamequeue worker: {signal.Signals(signum).name} received; no new "
+                        f"jobs, waiting up to {args.shutdown_timeout:g} s for {running} running "
+                        f"handler(s) (signal again to cancel them now)"
+                    )
+                    break
+                tg.start_soon(cancel_on_second_signal, signals)
+            finally:
+                # Not in a shielded scope: shutdown() exits the task group start() entered, so
+                # it must run at the same cancel-scope depth as start().
+                await queue.shutdown(timeout=args.shutdown_timeout)
+            tg.cancel_scope.cancel()
+    say(_summary(consumers, time.monotonic() - started))
+    return EXIT_INTERRUPTED if forced else EXIT_OK
+
+
+def run(args: argparse.Namespace) -> int:
+    handler = _observed(load_handler(args.target, args.app_dir))
+    queue = build_queue(args)
+    serve: Callable[[], Any] = functools.partial(_serve, args, queue, handler)
+    code: int = run_on_loop(serve, args.loop)
+    return code

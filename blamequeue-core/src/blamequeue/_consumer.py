@@ -1,0 +1,315 @@
+"""The resident consume loop.
+
+One loop per consumer leases at most as many jobs as it has free slots (never more than
+``concurrency`` leases held, so several workers share a backlog fairly), starts a task per job,
+settles finished jobs in batches (group commit: whatever finished while the previous batch was
+being written goes in the next one), and renews the leases of running handlers every
+``lease / 3`` seconds.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections import deque
+from collections.abc import Awaitable, Callable
+
+import anyio
+import attrs
+from anyio.abc import TaskGroup
+
+from ._execution import Attempt, Handler, SettleCounts, release, run_attempt, settle
+from ._models import RateLimit
+from ._runtime import BackendRuntime
+from .errors import QueueError
+
+__all__ = ["Consumer", "ConsumerStats"]
+
+log = logging.getLogger("blamequeue")
+
+_MAX_ERROR_BACKOFF = 30.0
+
+
+@attrs.define
+class ConsumerStats:
+    """Running totals of one consumer."""
+
+    leased: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    stale: int = 0
+    unsettled: int = 0
+    moved_to_dlq: int = 0
+    released: int = 0
+
+    def add(self, counts: SettleCounts) -> None:
+        self.succeeded += counts.succeeded
+        self.failed += counts.failed
+        self.stale += counts.stale
+        self.unsettled += counts.unsettled
+        self.moved_to_dlq += counts.moved_to_dlq
+        self.released += counts.released
+
+
+class Consumer:
+    """A running consumer of one queue.  Made by :meth:`Queue.consume`."""
+
+    def __init__(
+        self,
+        *,
+        runtime: BackendRuntime,
+        queue_name: str,
+        handler: Handler,
+        concurrency: int,
+        lease: float,
+        poll_interval: float,
+        fast_poll: float,
+        rate_limit: RateLimit | None,
+        heartbeat: bool,
+    ) -> None:
+        self.queue_name = queue_name
+        self.backend = runtime.name
+        self.concurrency = concurrency
+        self.lease = lease
+        self.stats = ConsumerStats()
+        self._runtime = runtime
+        self._handler = handler
+        self._poll_interval = poll_interval
+        self._fast_poll = fast_poll
+        self._rate_limit = rate_limit
+        self._heartbeat = heartbeat
+        self._held = 0
+        self._running: dict[str, tuple[Attempt, anyio.CancelScope]] = {}
+        self._to_settle: list[Attempt] = []
+        self._settle_wanted = anyio.Event()
+        self._capacity_changed = anyio.Event()
+        self._starts: deque[float] = deque()
+        self._lease_scope: anyio.CancelScope | None = None
+        self._cancelled = False
+        self._aborting = False
+        self._stopped = anyio.Event()
+        self._lease_errors = 0
+
+    # -- public ---------------------------------------------------------------------------
+    def cancel(self) -> None:
+        """Stop leasing now.  Handlers already running finish on their own and are settled."""
+        self._cancelled = True
+        if self._lease_scope is not None:
+            self._lease_scope.cancel()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled
+
+    @property
+    def stopped(self) -> bool:
+        """True once the loop has ended and everything it leased is settled."""
+        return self._stopped.is_set()
+
+    @property
+    def in_flight(self) -> int:
+        """Handlers running right now."""
+        return len(self._running)
+
+    @property
+    def held(self) -> int:
+        """Leases held: running handlers plus finished ones not yet settled."""
+        return self._held
+
+    async def wait_stopped(self) -> None:
+        """Wait until the consumer has stopped and settled everything it leased."""
+        await self._stopped.wait()
+
+    # -- used by Queue.shutdown ----------------------------------------------------------------
+    def abort(self) -> None:
+        """Cancel running handlers; their jobs are released back to pending at once."""
+        self.cancel()
+        self._aborting = True
+        for _attempt, scope in list(self._running.values()):
+            scope.cancel()
+
+    # -- the loop -------------------------------------------------------------------------------
+    async def run(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._settle_loop)
+                if self._heartbeat:
+                    tg.start_soon(self._heartbeat_loop)
+                with anyio.CancelScope() as scope:
+                    self._lease_scope = scope
+                    if self._cancelled:
+                        scope.cancel()
+                    task_status.started()
+                    await self._lease_loop(tg)
+                while self._held > 0:
+                    await self._capacity_changed.wait()
+                tg.cancel_scope.cancel()
+        except Exception:
+            # Surfaces at shutdown too, but an operator must hear of it now.
+            log.exception("consumer of %r on backend %r crashed", self.queue_name, self.backend)
+            raise
+        finally:
+            self._cancelled = True
+            self._stopped.set()
+
+    async def _lease_loop(self, tg: TaskGroup) -> None:
+        runtime = self._runtime
+        backend = runtime.backend
+        clock = runtime.clock
+        while True:
+            free = self.concurrency - self._held
+            if free <= 0:
+                await self._capacity_changed.wait()
+                continue
+            limit = await self._allowance(free)
+            wake = runtime.wake_event(self.queue_name)
+            try:
+                leases = await runtime.call(
+                    "lease",
+                    functools.partial(
+                        backend.lease,
+                        self.queue_name,
+                        limit=limit,
+                        now=clock.now(),
+                        lease_seconds=self.lease,
+                    ),
+                )
+            except QueueError as exc:
+                self._lease_errors += 1
+                delay = min(
+                    self._poll_interval * 2 ** min(self._lease_errors, 8), _MAX_ERROR_BACKOFF
+                )
+                log.warning(
+                    "consumer of %r on backend %r could not lease (%s); retrying in %.2f s",
+                    self.queue_name,
+                    runtime.name,
+                    exc,
+                    delay,
+                )
+                await self._idle(wake, delay)
+                continue
+            self._lease_errors = 0
+            if not leases:
+                await self._idle(wake, self._poll_interval)
+                continue
+            now = clock.now()
+            for lease in leases:
+                self._held += 1
+                self.stats.leased += 1
+                if self._rate_limit is not None:
+                    self._starts.append(now)
+                tg.start_soon(self._execute, Attempt.start(lease))
+            if len(leases) < limit:
+                # The queue looked drained; give producers a moment (an enqueue here wakes us).
+                await self._idle(wake, self._fast_poll)
+            else:
+                await anyio.lowlevel.checkpoint()
+
+    async def _allowance(self, free: int) -> int:
+        """How many jobs the rate limit lets start now (waits until at least one)."""
+        limit = self._rate_limit
+        if limit is None:
+            return free
+        clock = self._runtime.clock
+        while True:
+            now = clock.now()
+            while self._starts and self._starts[0] <= now - limit.per_seconds:
+                self._starts.popleft()
+            allowed = limit.max - len(self._starts)
+            if allowed > 0:
+                return min(free, allowed)
+            await clock.sleep(self._starts[0] + limit.per_seconds - now)
+
+    async def _idle(self, wake: anyio.Event, timeout: float) -> None:
+        if wake.is_set():
+            return
+        runtime = self._runtime
+        # Whichever comes first: a same-process enqueue, the poll interval on the queue's clock,
+        # or the backend's own wait (real time by default, so a virtual clock that nobody
+        # advances never parks a consumer for ever; early when another process enqueues).
+        waits: list[Callable[[], Awaitable[None]]] = [
+            wake.wait,
+            lambda: runtime.clock.sleep(timeout),
+            lambda: runtime.backend.wait_for_work(self.queue_name, timeout=timeout),
+        ]
+        async with anyio.create_task_group() as tg:
+
+            async def first(wait: Callable[[], Awaitable[None]]) -> None:
+                try:
+                    await wait()
+                except Exception as exc:
+                    # Waiting is advisory: a failing wait only means we poll on time.
+                    log.debug("waiting for work on %r failed: %r", runtime.name, exc)
+                    await anyio.sleep(timeout)
+                tg.cancel_scope.cancel()
+
+            for wait in waits:
+                tg.start_soon(first, wait)
+
+    async def _execute(self, attempt: Attempt) -> None:
+        job_id = attempt.job.id
+        try:
+            with anyio.CancelScope() as scope:
+                self._running[job_id] = (attempt, scope)
+                if self._aborting:
+                    scope.cancel()
+                try:
+                    attempt.settlement = await run_attempt(self._runtime, attempt, self._handler)
+                finally:
+                    self._running.pop(job_id, None)
+        except anyio.get_cancelled_exc_class():
+            # Cancelled from outside the consumer (its task group is going away): the settle
+            # loop is being cancelled too, so hand the job back here, shielded.
+            attempt.settlement = release(self._runtime, attempt)
+            counts = SettleCounts()
+            with anyio.CancelScope(shield=True):
+                await settle(self._runtime, [attempt], counts)
+            self.stats.add(counts)
+            self._held -= 1
+            raise
+        if attempt.settlement is None:
+            # Cancelled at shutdown: give the job back now rather than after its lease.
+            attempt.settlement = release(self._runtime, attempt)
+        self._to_settle.append(attempt)
+        self._settle_wanted.set()
+
+    async def _settle_loop(self) -> None:
+        while True:
+            await self._settle_wanted.wait()
+            self._settle_wanted = anyio.Event()
+            batch, self._to_settle = self._to_settle, []
+            counts = SettleCounts()
+            with anyio.CancelScope(shield=True):
+                await settle(self._runtime, batch, counts)
+            self.stats.add(counts)
+            self._held -= len(batch)
+            self._capacity_changed.set()
+            self._capacity_changed = anyio.Event()
+
+    async def _heartbeat_loop(self) -> None:
+        runtime = self._runtime
+        while True:
+            await runtime.clock.sleep(self.lease / 3)
+            target = runtime.clock.now() + self.lease
+            attempts = [
+                attempt
+                for attempt, _scope in self._running.values()
+                if not attempt.state.lost and attempt.state.expires_at < target
+            ]
+            if not attempts:
+                continue
+            pairs = [(a.state.job_id, a.state.token) for a in attempts]
+            try:
+                held = await runtime.call(
+                    "extend", functools.partial(runtime.backend.extend, pairs, expires_at=target)
+                )
+            except QueueError as exc:
+                log.warning("could not renew %d lease(s) on %r: %s", len(pairs), runtime.name, exc)
+                continue
+            for attempt, ok in zip(attempts, held, strict=True):
+                if ok:
+                    attempt.state.expires_at = target
+                else:
+                    attempt.state.lost = True

@@ -1,0 +1,131 @@
+"""What a running handler gets besides its job: lease control and progress."""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import attrs
+
+from ._clock import to_datetime
+from ._models import Job
+from .errors import BadArgumentError
+
+if TYPE_CHECKING:
+    from ._runtime import BackendRuntime
+
+__all__ = ["JobContext", "LeaseState"]
+
+#: A chatty handler may report progress often; the audit trail records at most one marker per
+#: job per this many seconds (plus the final 100 %).
+PROGRESS_AUDIT_INTERVAL = 1.0
+
+
+@attrs.define(eq=False)
+class LeaseState:
+    """The live state of one held lease, shared by the handler's context and the heartbeat."""
+
+    job_id: str
+    token: str
+    expires_at: float
+    lost: bool = False
+    progress: float = 0.0
+    last_progress_audit: float = -math.inf
+
+
+class JobContext:
+    """Passed to every handler beside its :class:`Job`."""
+
+    def __init__(self, job: Job, lease: LeaseState, runtime: BackendRuntime) -> None:
+        self.job = job
+        self._lease = lease
+        self._runtime = runtime
+
+    @property
+    def lease_expires_at(self) -> datetime:
+        return to_datetime(self._lease.expires_at)
+
+    @property
+    def lease_lost(self) -> bool:
+        """True once the backend said another worker owns this job (the result will be
+        counted ``stale``, not applied)."""
+        return self._lease.lost
+
+    async def extend_lease(self, seconds: float) -> bool:
+        """Keep the job ``seconds`` longer than its lease currently runs (at least ``seconds``
+        from now).  Returns False when the lease was already lost."""
+        if (
+            isinstance(seconds, bool)
+            or not isinstance(seconds, int | float)
+            or not (math.isfinite(seconds) and seconds > 0)
+        ):
+            raise BadArgumentError(
+                "queue/bad-argument",
+                f"extend_lease(seconds) needs a positive, finite number, got {seconds!r}",
+            )
+        runtime = self._runtime
+        target = max(self._lease.expires_at, runtime.clock.now()) + float(seconds)
+        held = await runtime.call(
+            "extend",
+            lambda: runtime.backend.extend(
+                [(self._lease.job_id, self._lease.token)], expires_at=target
+            ),
+        )
+        if held and held[0]:
+            self._lease.expires_at = target
+            return True
+        self._lease.lost = True
+        return False
+
+    async def progress(self, percent: float, data: Any = None) -> None:
+        """Report progress (0..100).  Recorded in the audit trail, rate-limited."""
+        if (
+            isinstance(percent, bool)
+            or not isinstance(percent, int | float)
+            or not (0 <= percent <= 100)
+        ):
+            raise BadArgumentError(
+                "queue/bad-argument",
+                f"progress(percent) must be between 0 and 100, got {percent!r}",
+            )
+        self._lease.progress = float(percent)
+        now = self._runtime.clock.now()
+        if percent < 100 and now - self._lease.last_progress_audit < PROGRESS_AUDIT_INTERVAL:
+            return
+        self._lease.last_progress_audit = now
+        job = self.job
+        await self._runtime.auditor.emit(
+            "system.queue.progress",
+            backend=self._runtime.name,
+            queue=job.queue,
+            job_id=job.id,
+            trace_id=job.trace_id,
+            classification=job.classification,
+            data={"percent": float(percent)}
+            if data is None
+            else {"percent": percent, "data": data},
+        )
+
+
+class SyncJobContext:
+    """The context a plain ``def`` handler gets in its worker thread: same methods, plain calls."""
+
+    def __init__(self, context: JobContext) -> None:
+        self._context = context
+        self.job = context.job
+
+    @property
+    def lease_expires_at(self) -> datetime:
+        return self._context.lease_expires_at
+
+    @property
+    def lease_lost(self) -> bool:
+        return self._context.lease_lost
+
+    def extend_lease(self, seconds: float) -> bool:
+        return anyio.from_thread.run(self._context.extend_lease, seconds)
+
+    def progress(self, percent: float, data: Any = None) -> None:
+        anyio.from_thread.run(self._context.progress, percent, data)

@@ -1,0 +1,258 @@
+"""Running one attempt and deciding its outcome: the one place the lifecycle rules of SPEC §3
+live (retry with backoff or dead-letter, release on shutdown, settle and account).  Both
+``consume`` and ``tick`` use it."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+import logging
+import traceback
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import anyio
+import attrs
+
+from ._backoff import parse_backoff
+from ._clock import to_datetime
+from ._context import JobContext, LeaseState, SyncJobContext
+from ._models import DeadLetter, Job
+from ._runtime import BackendRuntime
+from .abc import Lease, Settlement, StoredJob
+from .errors import QueueError
+
+__all__ = ["Attempt", "SettleCounts", "run_attempt", "settle", "to_dead_letter", "to_job"]
+
+log = logging.getLogger("blamequeue")
+
+Handler = Callable[[Job, Any], Any]
+LEASE_EXPIRED = "lease expired"
+_MAX_ERROR = 16_384
+def _meta(stored: StoredJob) -> dict[str, Any]:
+    if not stored.meta:
+        return {}
+    try:
+        value = json.loads(stored.meta)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def to_job(runtime: BackendRuntime, stored: StoredJob) -> Job:
+    return Job(
+        id=stored.id,
+        queue=stored.queue,
+        payload=runtime.codec.decode_payload(stored.payload),
+        priority=stored.priority,
+        attempts=stored.attempts,
+        max_attempts=stored.max_attempts,
+        classification=stored.classification,
+        trace_id=stored.trace_id,
+        created_at=to_datetime(stored.created_at),
+        available_at=to_datetime(stored.available_at),
+        last_error=runtime.codec.decode_error(stored.last_error),
+        flow_id=stored.flow_id,
+    )
+
+
+def to_dead_letter(runtime: BackendRuntime, stored: StoredJob) -> DeadLetter:
+    try:
+        payload = runtime.codec.decode_payload(stored.payload)
+    except QueueError as exc:
+        payload = None
+        log.warning("dead job %s: %s", stored.id, exc)
+    return DeadLetter(
+        job_id=stored.id,
+        queue=stored.queue,
+        payload=payload,
+        attempts=stored.attempts,
+        last_error=runtime.codec.decode_error(stored.last_error),
+        trace_id=stored.trace_id,
+        classification=stored.classification,
+        failed_at=to_datetime(stored.finished_at or stored.available_at),
+    )
+
+
+def describe_error(exc: BaseException) -> str:
+    """``"ValueError: boom"`` first, then the traceback: what an operator reads in the DLQ."""
+    head = f"{type(exc).__name__}: {exc}"
+    tb = "".join(traceback.format_exception(exc)).rstrip()
+    text = f"{head}\n{tb}" if tb and tb != head else head
+    return text if len(text) <= _MAX_ERROR else text[: _MAX_ERROR - 15] + "\n...[truncated]"
+
+
+@attrs.define(eq=False)
+class Attempt:
+    """One leased job on its way through a handler."""
+
+    lease: Lease
+    state: LeaseState
+    settlement: Settlement | None = None
+    error: str | None = None
+
+    @classmethod
+    def start(cls, lease: Lease) -> Attempt:
+        return cls(
+            lease=lease,
+            state=LeaseState(job_id=lease.job.id, token=lease.token, expires_at=lease.expires_at),
+        )
+
+    @property
+    def job(self) -> StoredJob:
+        return self.lease.job
+
+
+def failure(runtime: BackendRuntime, attempt: Attempt, message: str) -> Settlement:
+    """Retry with backoff while attempts remain, else dead-letter."""
+    stored = attempt.job
+    now = runtime.clock.now()
+    error = runtime.codec.encode_error(message)
+    attempt.error = message
+    if stored.attempts < stored.max_attempts:
+        meta = _meta(stored)
+        backoff = runtime.backoff
+        if "backoff" in meta:
+            try:
+                backoff = parse_backoff(meta["backoff"])
+            except QueueError:
+                log.warning("job %s has an unreadable backoff; using the backend's", stored.id)
+        delay = backoff.delay(stored.attempts, stored.id)
+        return Settlement(
+            job_id=stored.id,
+            token=attempt.lease.token,
+            outcome="retry",
+            at=now + delay,
+            error=error,
+        )
+    return Settlement(
+        job_id=stored.id, token=attempt.lease.token, outcome="dead", at=now, error=error
+    )
+
+
+def release(runtime: BackendRuntime, attempt: Attempt) -> Settlement:
+    return Settlement(
+        job_id=attempt.job.id,
+        token=attempt.lease.token,
+        outcome="release",
+        at=runtime.clock.now(),
+    )
+
+
+async def run_attempt(runtime: BackendRuntime, attempt: Attempt, handler: Handler) -> Settlement:
+    """Run the handler once and return the settlement to apply.
+
+    Cancellation is not caught here: the caller decides (shutdown releases the job).
+    """
+    try:
+        job = to_job(runtime, attempt.job)
+    except QueueError as exc:
+        # An unreadable row can never succeed: straight to the DLQ, the worker lives on.
+        attempt.error = f"{exc.code}: {exc.message}"
+        return Settlement(
+            job_id=attempt.job.id,
+            token=attempt.lease.token,
+            outcome="dead",
+            at=runtime.clock.now(),
+            error=runtime.codec.encode_error(attempt.error),
+        )
+    context = JobContext(job, attempt.state, runtime)
+    try:
+        if _is_async(handler):
+            await handler(job, context)
+        else:
+            call = functools.partial(handler, job, SyncJobContext(context))
+            result = await anyio.to_thread.run_sync(
+                call, abandon_on_cancel=True, limiter=runtime.sync_handler_limiter()
+            )
+            if inspect.isawaitable(result):
+                await result
+    except anyio.get_cancelled_exc_class():
+        raise
+    except BaseException as exc:
+        return failure(runtime, attempt, describe_error(exc))
+    return Settlement(
+        job_id=attempt.job.id,
+        token=attempt.lease.token,
+        outcome="done",
+        at=runtime.clock.now(),
+        keep=runtime.retain_done > 0,
+    )
+
+
+def _is_async(handler: Handler) -> bool:
+    target = handler
+    while isinstance(target, functools.partial):
+        target = target.func
+    return inspect.iscoroutinefunction(target) or inspect.iscoroutinefunction(
+        getattr(target, "__call__", None)  # noqa: B004 - async callable objects
+    )
+
+
+@attrs.define
+class SettleCounts:
+    succeeded: int = 0
+    failed: int = 0
+    stale: int = 0
+    unsettled: int = 0
+    moved_to_dlq: int = 0
+    released: int = 0
+
+
+async def settle(
+    runtime: BackendRuntime, attempts: Sequence[Attempt], counts: SettleCounts
+) -> None:
+    """Apply the settlements of ``attempts`` in one backend call and account for them."""
+    batch = [a for a in attempts if a.settlement is not None]
+    if not batch:
+        return
+    settlements = [a.settlement for a in batch if a.settlement is not None]
+    try:
+        applied = await runtime.call(
+            "settle",
+            lambda: runtime.backend.settle(settlements, now=runtime.clock.now()),
+        )
+    except QueueError as exc:
+        # The backend would not record the outcomes: the jobs stay inflight and come back after
+        # their lease.  Worth an alert, so log loudly.
+        log.error(
+            "backend %r refused to settle %d job(s) (%s); they return after their lease",
+            runtime.name,
+            len(batch),
+            exc,
+        )
+        for a in batch:
+            if a.settlement is not None and a.settlement.outcome == "release":
+                counts.released += 1
+            else:
+                counts.unsettled += 1
+        return
+    for a, ok in zip(batch, applied, strict=True):
+        outcome = a.settlement.outcome if a.settlement else "done"
+        if outcome == "release":
+            counts.released += 1
+            continue
+        if not ok:
+            counts.stale += 1
+            continue
+        if outcome == "done":
+            counts.succeeded += 1
+            continue
+        counts.failed += 1
+        if outcome == "dead":
+            counts.moved_to_dlq += 1
+            await emit_dead(runtime, a.job, a.error)
+
+
+async def emit_dead(runtime: BackendRuntime, stored: StoredJob, error: str | None) -> None:
+    await runtime.auditor.emit(
+        "system.queue.dlq.write",
+        backend=runtime.name,
+        queue=stored.queue,
+        job_id=stored.id,
+        trace_id=stored.trace_id,
+        classification=stored.classification,
+        # The error text may quote payload data; the audit trail gets only its type.
+        data={"attempts": stored.attempts, "error_type": (error or "").split(":", 1)[0][:100]},
+    )

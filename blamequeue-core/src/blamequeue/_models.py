@@ -1,0 +1,155 @@
+"""The public value types: what a handler, a tick and an operator get back."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any, Literal
+
+import attrs
+
+__all__ = [
+    "BackendStatus",
+    "DeadLetter",
+    "FlowChild",
+    "FlowJob",
+    "FlowResult",
+    "Job",
+    "RateLimit",
+    "TickResult",
+]
+
+BreakerState = Literal["closed", "open", "half-open"]
+
+
+@attrs.frozen(kw_only=True)
+class Job:
+    """One job as a handler sees it.
+
+    ``attempts`` counts this attempt too (the first run sees 1).  Times are UTC-aware.
+    """
+
+    id: str
+    queue: str
+    payload: Any
+    priority: int
+    attempts: int
+    max_attempts: int
+    classification: str | None
+    trace_id: str | None
+    created_at: datetime
+    available_at: datetime
+    last_error: str | None
+    flow_id: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class DeadLetter:
+    """A job that ran out of attempts and waits in the dead-letter queue for an operator."""
+
+    job_id: str
+    queue: str
+    payload: Any
+    attempts: int
+    last_error: str | None
+    trace_id: str | None
+    classification: str | None
+    failed_at: datetime
+
+
+@attrs.frozen(kw_only=True)
+class TickResult:
+    """What one :meth:`Queue.tick` did.
+
+    Each leased job counts in exactly one of ``succeeded``, ``failed``, ``stale``, ``unsettled``;
+    ``moved_to_dlq`` is the part of ``failed`` that went to the dead-letter queue.
+    ``stale`` is benign (another worker owns the job now); ``unsettled`` means the backend refused
+    to record the outcome and the job will come back after its lease: worth an alert.
+    Loop on ``may_have_more``, not on ``queue_depth`` (which counts delayed jobs too and is
+    ``None`` when the backend could not be asked).
+    """
+
+    leased: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    stale: int = 0
+    unsettled: int = 0
+    moved_to_dlq: int = 0
+    may_have_more: bool = False
+    queue_depth: int | None = None
+
+
+@attrs.frozen(kw_only=True)
+class BackendStatus:
+    """One configured backend and the state of its circuit breaker."""
+
+    name: str
+    protocol: str
+    breaker_state: BreakerState
+
+
+def _positive_int(instance: object, attribute: attrs.Attribute[int], value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise _bad(f"RateLimit.{attribute.name} must be a positive integer, got {value!r}")
+
+
+def _positive_seconds(instance: object, attribute: attrs.Attribute[float], value: float) -> None:
+    ok = isinstance(value, int | float) and not isinstance(value, bool)
+    if not ok or not math.isfinite(value) or value <= 0:
+        raise _bad(
+            f"RateLimit.{attribute.name} must be a positive, finite number of seconds, "
+            f"got {value!r}"
+        )
+
+
+def _bad(message: str) -> Exception:
+    from .errors import BadArgumentError
+
+    return BadArgumentError("queue/bad-argument", message)
+
+
+@attrs.frozen(kw_only=True)
+class RateLimit:
+    """At most ``max`` handler starts per ``per_seconds``, per consumer."""
+
+    max: int = attrs.field(validator=_positive_int)
+    per_seconds: float = attrs.field(validator=_positive_seconds)
+
+    @classmethod
+    def coerce(cls, value: RateLimit | Mapping[str, Any] | None) -> RateLimit | None:
+        if value is None or isinstance(value, RateLimit):
+            return value
+        if isinstance(value, Mapping):
+            try:
+                return cls(**value)
+            except TypeError as exc:
+                raise _bad(
+                    f"rate_limit takes the keys 'max' and 'per_seconds', got {sorted(value)}"
+                ) from exc
+        raise _bad(f"rate_limit must be a RateLimit or a mapping, got {type(value).__name__}")
+
+
+@attrs.frozen(kw_only=True)
+class FlowChild:
+    """One node of a flow (see :meth:`Queue.enqueue_flow`)."""
+
+    name: str
+    payload: Any = None
+    depends_on: Sequence[str] = ()
+    priority: int = 0
+    max_attempts: int | None = None
+    classification: str | None = None
+    trace_id: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class FlowJob:
+    name: str
+    job_id: str
+
+
+@attrs.frozen(kw_only=True)
+class FlowResult:
+    flow_id: str
+    jobs: list[FlowJob]

@@ -1,0 +1,552 @@
+"""The :class:`Queue`: the public entry point that ties backends, policies and loops together."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from contextlib import AsyncExitStack
+from types import TracebackType
+from typing import Any
+
+import anyio
+from anyio.abc import TaskGroup
+
+from ._audit import Auditor, AuditSink
+from ._backoff import parse_backoff
+from ._clock import SystemClock
+from ._consumer import Consumer
+from ._environment import config_from_env
+from ._execution import LEASE_EXPIRED, Handler, emit_dead, to_dead_letter
+from ._ids import new_job_id
+from ._models import BackendStatus, BreakerState, DeadLetter, RateLimit, TickResult
+from ._plugins import load_registry
+from ._runtime import BackendRuntime, build_runtime
+from ._tick import run_tick
+from ._validation import (
+    check_callable,
+    check_delay,
+    check_max_attempts,
+    check_optional_str,
+    check_positive_int,
+    check_positive_seconds,
+    check_priority,
+    check_queue_name,
+)
+from .abc import Clock, NewJob
+from .errors import BadArgumentError, ConfigError, NotFoundError, QueueError, UnsupportedError
+
+__all__ = ["Queue"]
+
+log = logging.getLogger("blamequeue")
+
+_CLOSE_TIMEOUT = 10.0
+_ABORT_GRACE = 5.0
+
+
+def _config_error(message: str) -> ConfigError:
+    return ConfigError("queue/invalid-config", message)
+
+
+class Queue:
+    """A durable job queue over one or more named backends.
+
+    Construction validates everything and does no I/O; ``await queue.start()`` (or
+    ``async with queue:``) opens the backends and starts the sweep timer.
+    """
+
+    def __init__(
+        self,
+        backends: Mapping[str, Mapping[str, Any]],
+        default_backend: str | None = None,
+        sweep_interval: float = 30.0,
+        seal: Mapping[str, Any] | bool | None = None,
+        audit_sinks: Iterable[AuditSink] = (),
+        clock: Clock | None = None,
+    ) -> None:
+        if not isinstance(backends, Mapping) or not backends:
+            raise _config_error(
+                "backends must be a non-empty mapping of name to config, e.g. "
+                '{"primary": {"protocol": "local"}}'
+            )
+        for name in backends:
+            if not isinstance(name, str) or not name:
+                raise _config_error(f"backend names must be non-empty strings, got {name!r}")
+        if default_backend is None:
+            if len(backends) > 1:
+                raise _config_error(
+                    f"default_backend is required when there are several backends; "
+                    f"pick one of {sorted(backends)}"
+                )
+            default_backend = next(iter(backends))
+        elif default_backend not in backends:
+            raise _config_error(
+                f"default_backend {default_backend!r} is not configured; "
+                f"configured backends: {sorted(backends)}"
+            )
+        if (
+            isinstance(sweep_interval, bool)
+            or not isinstance(sweep_interval, int | float)
+            or not math.isfinite(sweep_interval)
+            or sweep_interval < 0
+        ):
+            raise _config_error(
+                f"sweep_interval must be seconds >= 0 (0 turns the timer off), "
+                f"got {sweep_interval!r}"
+            )
+        if not (seal is None or seal is False or isinstance(seal, Mapping)):
+            raise _config_error(
+                'seal must be {"keys": {"kid": "<base64 of 32 bytes>"}} or False, '
+                f"got {type(seal).__name__}"
+            )
+        self._clock: Clock = clock if clock is not None else SystemClock()
+        if not callable(getattr(self._clock, "now", None)) or not callable(
+            getattr(self._clock, "sleep", None)
+        ):
+            raise _config_error("clock must have now() and async sleep(seconds)")
+        sinks = list(audit_sinks)
+        for sink in sinks:
+            if not callable(getattr(sink, "emit", None)):
+                raise _config_error(f"audit sink {sink!r} has no async emit(event) method")
+        registry = load_registry()
+        self._auditor = Auditor(clock=self._clock)
+        self._auditor.add(sinks)
+        self._auditor.add(reg.value for reg in registry.audit_sinks.values())
+        self._seal = seal
+        self._default = default_backend
+        self._sweep_interval = float(sweep_interval)
+        self._runtimes: dict[str, BackendRuntime] = {
+            name: build_runtime(
+                name, config, registry=registry, clock=self._clock, auditor=self._auditor
+            )
+            for name, config in backends.items()
+        }
+        self._started = False
+        self._closed = False
+        self._stack: AsyncExitStack | None = None
+        self._tg: TaskGroup | None = None
+        self._consumers: list[Consumer] = []
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **kwargs: Any) -> Queue:
+        """A one-backend queue named ``default`` from ``BLAMEQUEUE_*`` variables."""
+        config, queue_kwargs = config_from_env(os.environ if env is None else env)
+        queue_kwargs.update(kwargs)
+        return cls(backends={"default": config}, **queue_kwargs)
+
+    # -- lifecycle -------------------------------------------------------------------------
+    @property
+    def clock(self) -> Clock:
+        return self._clock
+
+    @property
+    def default_backend(self) -> str:
+        return self._default
+
+    async def start(self) -> None:
+        """Open every backend and start the sweep timer.  A second call does nothing."""
+        if self._started:
+            return
+        if self._closed:
+            raise QueueError(
+                "queue/not-initialized",
+                "this queue was shut down; build a new Queue to start again",
+            )
+        stack = AsyncExitStack()
+        try:
+            for runtime in self._runtimes.values():
+                await runtime.call("open", runtime.backend.open)
+                stack.push_async_callback(self._close_backend, runtime)
+            self._tg = await stack.enter_async_context(anyio.create_task_group())
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await stack.aclose()
+            raise
+        self._stack = stack
+        self._started = True
+        if self._sweep_interval > 0:
+            self._tg.start_soon(self._sweep_loop)
+
+    @staticmethod
+    async def _close_backend(runtime: BackendRuntime) -> None:
+        with anyio.move_on_after(_CLOSE_TIMEOUT, shield=True):
+            try:
+                await runtime.backend.close()
+            except Exception:
+                log.exception("closing backend %r failed", runtime.name)
+
+    async def shutdown(self, *, timeout: float = 30.0) -> None:
+        """Stop consumers, wait up to ``timeout`` seconds for running handlers, release the jobs
+        of those still running, stop the sweep timer and close the backends.  Idempotent."""
+        if not self._started or self._closed:
+            return
+        check_delay(timeout, "timeout")
+        self._closed = True
+        consumers = list(self._consumers)
+        for consumer in consumers:
+            consumer.cancel()
+        try:
+            with anyio.move_on_after(timeout):
+                for consumer in consumers:
+                    await consumer.wait_stopped()
+        finally:
+            # Also when the caller's scope is being cancelled (the body of `async with queue`
+            # was cancelled from outside): the task group start() entered must still be exited
+            # here, in the task that entered it, and running jobs handed back.
+            late = [c for c in consumers if not c.stopped]
+            for consumer in late:
+                consumer.abort()
+            if late:
+                with anyio.move_on_after(_ABORT_GRACE, shield=True):
+                    for consumer in late:
+                        await consumer.wait_stopped()
+            assert self._tg is not None
+            assert self._stack is not None
+            self._tg.cancel_scope.cancel()
+            self._started = False
+            # Not inside a new scope: the task group must exit in the scope it was entered in.
+            # Each backend close shields itself (_close_backend).
+            await self._stack.aclose()
+
+    async def __aenter__(self) -> Queue:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.shutdown()
+
+    # -- helpers -----------------------------------------------------------------------------
+    def _runtime(self, backend: str | None) -> BackendRuntime:
+        if not self._started:
+            raise QueueError(
+                "queue/not-initialized",
+                "the queue is not started; use `async with queue:` or `await queue.start()` "
+                "first" + (" (it was shut down)" if self._closed else ""),
+            )
+        name = self._default if backend is None else backend
+        runtime = self._runtimes.get(name) if isinstance(name, str) else None
+        if runtime is None:
+            raise NotFoundError(
+                "queue/unknown-backend",
+                f"no backend named {name!r}; configured backends: {sorted(self._runtimes)}",
+            )
+        return runtime
+
+    def _dlq_runtime(self, backend: str | None) -> BackendRuntime:
+        runtime = self._runtime(backend)
+        if not runtime.backend.capabilities.dlq:
+            raise UnsupportedError(
+                "queue/dlq-unsupported",
+                f"backend {runtime.name!r} (protocol {runtime.protocol!r}) keeps no dead-letter "
+                f"queue blamequeue can read; inspect it with the store's own tools",
+            )
+        return runtime
+
+    def _build_jobs(
+        self,
+        runtime: BackendRuntime,
+        queue_name: str,
+        payloads: Sequence[Any],
+        *,
+        priority: Any,
+        delay: Any,
+        max_attempts: Any,
+        classification: Any,
+        trace_id: Any,
+        backoff: Any,
+    ) -> list[NewJob]:
+        check_queue_name(queue_name)
+        priority = check_priority(priority)
+        delay = check_delay(delay)
+        attempts = check_max_attempts(max_attempts) or runtime.max_attempts
+        classification = check_optional_str(classification, "classification")
+        trace_id = check_optional_str(trace_id, "trace_id")
+        caps = runtime.backend.capabilities
+        if priority != 0 and not caps.priority:
+            raise BadArgumentError(
+                "queue/bad-argument",
+                f"backend {runtime.name!r} (protocol {runtime.protocol!r}) has no priorities; "
+                f"leave priority at 0",
+            )
+        if delay > 0 and not caps.delay:
+            raise BadArgumentError(
+                "queue/bad-argument",
+                f"backend {runtime.name!r} (protocol {runtime.protocol!r}) cannot delay jobs",
+            )
+        meta = None
+        if backoff is not None:
+            meta = json.dumps({"backoff": parse_backoff(backoff).to_spec()})
+        now = self._clock.now()
+        encode = runtime.codec.encode_payload
+        return [
+            NewJob(
+                id=new_job_id(),
+                queue=queue_name,
+                payload=encode(payload),
+                priority=priority,
+                max_attempts=attempts,
+                created_at=now,
+                available_at=now + delay,
+                classification=classification,
+                trace_id=trace_id,
+                meta=meta,
+            )
+            for payload in payloads
+        ]
+
+    # -- producing -------------------------------------------------------------------------
+    async def enqueue(
+        self,
+        queue_name: str,
+        payload: Any,
+        *,
+        backend: str | None = None,
+        priority: int = 0,
+        delay: float = 0.0,
+        max_attempts: int | None = None,
+        classification: str | None = None,
+        trace_id: str | None = None,
+        backoff: Any = None,
+    ) -> str:
+        """Durably hand a job over and return its id.  Returns before any worker runs it."""
+        runtime = self._runtime(backend)
+        jobs = self._build_jobs(
+            runtime,
+            queue_name,
+            [payload],
+            priority=priority,
+            delay=delay,
+            max_attempts=max_attempts,
+            classification=classification,
+            trace_id=trace_id,
+            backoff=backoff,
+        )
+        await runtime.call("enqueue", lambda: runtime.backend.enqueue(jobs))
+        runtime.notify(queue_name)
+        return jobs[0].id
+
+    async def enqueue_many(
+        self,
+        queue_name: str,
+        payloads: Iterable[Any],
+        *,
+        backend: str | None = None,
+        priority: int = 0,
+        delay: float = 0.0,
+        max_attempts: int | None = None,
+        classification: str | None = None,
+        trace_id: str | None = None,
+        backoff: Any = None,
+    ) -> list[str]:
+        """Enqueue every payload in one round trip (all or none); ids in the same order."""
+        runtime = self._runtime(backend)
+        if isinstance(payloads, str | bytes | Mapping) or not isinstance(payloads, Iterable):
+            raise BadArgumentError(
+                "queue/bad-argument",
+                f"payloads must be a list of payloads, got {type(payloads).__name__}",
+            )
+        items = list(payloads)
+        jobs = self._build_jobs(
+            runtime,
+            queue_name,
+            items,
+            priority=priority,
+            delay=delay,
+            max_attempts=max_attempts,
+            classification=classification,
+            trace_id=trace_id,
+            backoff=backoff,
+        )
+        if not jobs:
+            return []
+        await runtime.call("enqueue", lambda: runtime.backend.enqueue(jobs))
+        runtime.notify(queue_name)
+        return [job.id for job in jobs]
+
+    # -- consuming -------------------------------------------------------------------------
+    async def consume(
+        self,
+        queue_name: str,
+        handler: Handler,
+        *,
+        backend: str | None = None,
+        concurrency: int = 1,
+        lease: float = 30.0,
+        poll_interval: float = 1.0,
+        fast_poll: float = 0.05,
+        rate_limit: RateLimit | Mapping[str, Any] | None = None,
+        heartbeat: bool = True,
+    ) -> Consumer:
+        """Start a resident consumer in the queue's task group and return its handle."""
+        runtime = self._runtime(backend)
+        consumer = Consumer(
+            runtime=runtime,
+            queue_name=check_queue_name(queue_name),
+            handler=check_callable(handler),
+            concurrency=check_positive_int(concurrency, "concurrency"),
+            lease=check_positive_seconds(lease, "lease"),
+            poll_interval=check_positive_seconds(poll_interval, "poll_interval"),
+            fast_poll=check_delay(fast_poll, "fast_poll"),
+            rate_limit=RateLimit.coerce(rate_limit),
+            heartbeat=bool(heartbeat),
+        )
+        assert self._tg is not None
+        self._consumers = [c for c in self._consumers if not c.stopped]
+        self._consumers.append(consumer)
+        await self._tg.start(consumer.run)
+        return consumer
+
+    async def tick(
+        self,
+        queue_name: str,
+        handler: Handler,
+        *,
+        max: int = 10,
+        lease: float = 30.0,
+        concurrency: int = 1,
+        backend: str | None = None,
+    ) -> TickResult:
+        """Sweep once, run at most ``max`` due jobs, settle them and return the counts."""
+        runtime = self._runtime(backend)
+        check_queue_name(queue_name)
+        check_callable(handler)
+        max_jobs = check_positive_int(max, "max")
+        lease = check_positive_seconds(lease, "lease")
+        concurrency = check_positive_int(concurrency, "concurrency")
+        await self._sweep_runtime(runtime)
+        return await run_tick(
+            runtime, queue_name, handler, max_jobs=max_jobs, lease=lease, concurrency=concurrency
+        )
+
+    # -- sweeping --------------------------------------------------------------------------
+    async def _sweep_runtime(self, runtime: BackendRuntime) -> int:
+        result = await runtime.call(
+            "sweep",
+            lambda: runtime.backend.sweep(
+                now=self._clock.now(),
+                retain_done=runtime.retain_done,
+                expired_error=runtime.codec.encode_error(LEASE_EXPIRED),
+            ),
+        )
+        for stored in result.dead:
+            await emit_dead(runtime, stored, LEASE_EXPIRED)
+        if result.repended:
+            await self._auditor.emit(
+                "system.queue.lease.expired",
+                backend=runtime.name,
+                data={"repended": result.repended, "dead_lettered": len(result.dead)},
+            )
+            # Jobs are due again: wake this process's idle consumers.
+            for consumer in self._consumers:
+                if consumer.backend == runtime.name:
+                    runtime.notify(consumer.queue_name)
+        return result.repended + len(result.dead)
+
+    async def sweep(self, *, backend: str | None = None) -> int:
+        """Recover expired leases now (on ``backend``, or on every backend); return how many."""
+        if backend is not None:
+            return await self._sweep_runtime(self._runtime(backend))
+        self._runtime(None)  # raises when not started
+        total = 0
+        for runtime in self._runtimes.values():
+            total += await self._sweep_runtime(runtime)
+        return total
+
+    async def _sweep_loop(self) -> None:
+        while True:
+            await self._clock.sleep(self._sweep_interval)
+            for runtime in self._runtimes.values():
+                try:
+                    await self._sweep_runtime(runtime)
+                except QueueError as exc:
+                    log.warning("sweep of backend %r failed: %s", runtime.name, exc)
+
+    # -- inspecting and operating ----------------------------------------------------------
+    async def size(self, queue_name: str, *, backend: str | None = None) -> int:
+        """Pending + inflight jobs (delayed included), excluding done and dead."""
+        runtime = self._runtime(backend)
+        check_queue_name(queue_name)
+        return await runtime.call("size", lambda: runtime.backend.size(queue_name))
+
+    async def purge(self, queue_name: str, *, backend: str | None = None) -> int:
+        """Delete every live job of the queue (and its done rows); the DLQ is untouched."""
+        runtime = self._runtime(backend)
+        check_queue_name(queue_name)
+        count = await runtime.call("purge", lambda: runtime.backend.purge(queue_name))
+        await self._auditor.emit(
+            "system.queue.purge", backend=runtime.name, queue=queue_name, data={"deleted": count}
+        )
+        return count
+
+    async def dlq_list(
+        self, queue_name: str, *, backend: str | None = None, limit: int | None = None
+    ) -> list[DeadLetter]:
+        runtime = self._dlq_runtime(backend)
+        check_queue_name(queue_name)
+        if limit is not None:
+            check_positive_int(limit, "limit")
+        rows = await runtime.call(
+            "dlq_list", lambda: runtime.backend.dlq_list(queue_name, limit=limit)
+        )
+        return [to_dead_letter(runtime, row) for row in rows]
+
+    async def dlq_retry(self, job_id: str, *, backend: str | None = None) -> bool:
+        """Put one dead job back to pending with its attempts reset.  False if not found."""
+        runtime = self._dlq_runtime(backend)
+        if not isinstance(job_id, str) or not job_id:
+            raise BadArgumentError(
+                "queue/bad-argument", f"job_id must be a non-empty string, got {job_id!r}"
+            )
+        stored = await runtime.call(
+            "dlq_retry", lambda: runtime.backend.dlq_retry(job_id, now=self._clock.now())
+        )
+        if stored is None:
+            return False
+        await self._auditor.emit(
+            "system.queue.dlq.retry",
+            backend=runtime.name,
+            queue=stored.queue,
+            job_id=stored.id,
+            trace_id=stored.trace_id,
+            classification=stored.classification,
+        )
+        runtime.notify(stored.queue)
+        return True
+
+    async def dlq_size(self, queue_name: str, *, backend: str | None = None) -> int:
+        runtime = self._dlq_runtime(backend)
+        check_queue_name(queue_name)
+        return await runtime.call("dlq_size", lambda: runtime.backend.dlq_size(queue_name))
+
+    async def dlq_purge(self, queue_name: str, *, backend: str | None = None) -> int:
+        runtime = self._dlq_runtime(backend)
+        check_queue_name(queue_name)
+        count = await runtime.call("dlq_purge", lambda: runtime.backend.dlq_purge(queue_name))
+        await self._auditor.emit(
+            "system.queue.dlq.purge",
+            backend=runtime.name,
+            queue=queue_name,
+            data={"deleted": count},
+        )
+        return count
+
+    def list_backends(self) -> list[BackendStatus]:
+        if not self._started:
+            raise QueueError(
+                "queue/not-initialized",
+                "list_backends() needs a started queue; use `async with queue:` first",
+            )
+        out = []
+        for runtime in self._runtimes.values():
+            state: BreakerState = runtime.guard.breaker.state  # type: ignore[assignment]
+            out.append(
+                BackendStatus(name=runtime.name, protocol=runtime.protocol, breaker_state=state)
+            )
+        return out

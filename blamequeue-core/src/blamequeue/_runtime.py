@@ -1,0 +1,162 @@
+"""One configured backend as the queue drives it: the plugin's store plus the policies the core
+applies around it (retry + breaker, backoff, attempts, retention, codec, same-process wake-ups)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, TypeVar
+
+import anyio
+import attrs
+
+from ._audit import Auditor
+from ._backoff import Backoff, parse_backoff
+from ._codec import JsonCodec
+from ._plugins import PluginRegistry
+from ._resilience import CircuitBreaker, Guard, parse_breaker_options, parse_retry
+from .abc import Backend, BackendContext, Clock
+from .errors import ConfigError, QueueError
+
+__all__ = ["BackendRuntime", "build_runtime"]
+
+T = TypeVar("T")
+
+#: Keys every backend config may carry; the queue takes them, the backend sees the rest.
+COMMON_KEYS = frozenset(
+    {"protocol", "retry", "breaker", "backoff", "max_attempts", "retain_done", "seal"}
+)
+DEFAULT_MAX_ATTEMPTS = 5
+DEFAULT_RETAIN_DONE = 3600.0
+SYNC_HANDLER_THREADS = 64
+
+
+@attrs.define(eq=False)
+class BackendRuntime:
+    name: str
+    protocol: str
+    backend: Backend
+    guard: Guard
+    backoff: Backoff
+    max_attempts: int
+    retain_done: float
+    codec: JsonCodec
+    auditor: Auditor
+    clock: Clock
+    _wake: dict[str, anyio.Event] = attrs.field(factory=dict, init=False)
+    _sync_limiter: anyio.CapacityLimiter | None = attrs.field(default=None, init=False)
+
+    def sync_handler_limiter(self) -> anyio.CapacityLimiter:
+        """Bounds the threads plain ``def`` handlers run in, so a burst cannot exhaust the
+        default pool.  Made on first use: a limiter belongs to the event loop that made it."""
+        if self._sync_limiter is None:
+            self._sync_limiter = anyio.CapacityLimiter(SYNC_HANDLER_THREADS)
+        return self._sync_limiter
+
+    async def call(self, operation: str, fn: Callable[[], Awaitable[T]]) -> T:
+        return await self.guard.call(operation, fn)
+
+    def wake_event(self, queue: str) -> anyio.Event:
+        """The event the next same-process enqueue on ``queue`` sets."""
+        event = self._wake.get(queue)
+        if event is None:
+            event = self._wake[queue] = anyio.Event()
+        return event
+
+    def notify(self, queue: str) -> None:
+        event = self._wake.pop(queue, None)
+        if event is not None:
+            event.set()
+
+    async def breaker_changed(self, state: str) -> None:
+        await self.auditor.emit(
+            f"system.queue.breaker.{'open' if state == 'open' else 'close'}",
+            backend=self.name,
+            data={"protocol": self.protocol},
+        )
+
+
+def _config_error(message: str) -> ConfigError:
+    return ConfigError("queue/invalid-config", message)
+
+
+def build_runtime(
+    name: str,
+    config: Any,
+    *,
+    registry: PluginRegistry,
+    clock: Clock,
+    auditor: Auditor,
+) -> BackendRuntime:
+    where = f"backends[{name!r}]"
+    if not isinstance(config, Mapping):
+        raise _config_error(
+            f'{where} must be a mapping like {{"protocol": "local"}}, got {type(config).__name__}'
+        )
+    protocol = config.get("protocol")
+    if not isinstance(protocol, str) or not protocol:
+        raise _config_error(f'{where} needs a "protocol" (e.g. "local", "redis", "sqs")')
+    registration = registry.protocols.get(protocol)
+    if registration is None:
+        raise _config_error(_unknown_protocol_message(where, protocol, registry))
+
+    max_attempts = config.get("max_attempts", DEFAULT_MAX_ATTEMPTS)
+    if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
+        raise _config_error(f"{where}.max_attempts must be an integer >= 1, got {max_attempts!r}")
+    retain = config.get("retain_done", DEFAULT_RETAIN_DONE)
+    if (
+        isinstance(retain, bool)
+        or not isinstance(retain, int | float)
+        or not (math.isfinite(retain) and retain >= 0)
+    ):
+        raise _config_error(
+            f"{where}.retain_done must be seconds >= 0 (0 deletes done jobs at once), "
+            f"got {retain!r}"
+        )
+    try:
+        backoff = parse_backoff(config.get("backoff"), where=f"{where}.backoff")
+    except QueueError as exc:
+        raise _config_error(exc.message) from exc
+    retry = parse_retry(config.get("retry"), f"{where}.retry")
+    breaker = CircuitBreaker(
+        **parse_breaker_options(config.get("breaker"), f"{where}.breaker"), clock=clock
+    )
+
+    options = {k: v for k, v in config.items() if k not in COMMON_KEYS}
+    backend_cls = registration.value
+    backend = backend_cls(options, BackendContext(name=name, clock=clock))
+    runtime = BackendRuntime(
+        name=name,
+        protocol=protocol,
+        backend=backend,
+        guard=Guard(backend_name=name, retry=retry, breaker=breaker),
+        backoff=backoff,
+        max_attempts=max_attempts,
+        retain_done=float(retain),
+        codec=JsonCodec(),
+        auditor=auditor,
+        clock=clock,
+    )
+    breaker.on_change = runtime.breaker_changed
+    return runtime
+
+
+_EXTRAS = {"redis": "redis", "sqs": "sqs", "memory": "testing"}
+
+
+def _unknown_protocol_message(where: str, protocol: str, registry: PluginRegistry) -> str:
+    known = ", ".join(sorted(registry.protocols)) or "none"
+    broken = "".join(
+        f" Plugin {name!r} is installed but failed to import ({error}); reinstall it."
+        for name, error in sorted(registry.failed.items())
+    )
+    extra = _EXTRAS.get(protocol)
+    if extra is not None:
+        return (
+            f"{where}: protocol {protocol!r} is not installed; install it with "
+            f"`pip install blamequeue[{extra}]` (installed protocols: {known}).{broken}"
+        )
+    return (
+        f"{where}: unknown protocol {protocol!r}; installed protocols: {known}. A third-party "
+        f"backend registers its protocol through the 'blamequeue' entry-point group.{broken}"
+    )

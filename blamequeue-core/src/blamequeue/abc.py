@@ -1,0 +1,311 @@
+"""The backend contract: what a storage plugin implements.
+
+A backend only **stores and transitions** jobs, atomically.  Every policy (argument checks,
+backoff, the choice between retry and the dead-letter queue, retries and the circuit breaker,
+heartbeats, tick accounting, audit) lives once in the core and reaches the backend as plain
+values.  A backend author therefore needs nothing but this module:
+
+* subclass :class:`Backend`, set :attr:`Backend.protocol` and :attr:`Backend.capabilities`;
+* register it from a pluggy plugin (entry-point group ``blamequeue``)::
+
+      from blamequeue import hookimpl
+
+      @hookimpl
+      def blamequeue_register_protocols(register):
+          register("mystore", MyStoreBackend)
+
+* run the conformance suite against it (``from blamequeue_testing.conformance import *`` and a
+  ``bq_backend_config`` fixture returning ``{"protocol": "mystore", ...}``).
+
+**Time.** Every time is a float of seconds since the Unix epoch, passed in by the core from the
+queue's clock (``now``).  A backend never reads the system clock to decide a transition, so a
+virtual clock drives it in tests.
+
+**Payloads.** ``payload``, ``last_error`` and ``meta`` arrive as opaque strings, already
+encoded (and sealed) by the core.  Store them verbatim and hand them back verbatim.
+
+**Errors.** A backend raises only :class:`blamequeue.errors.QueueError`.  A temporary failure
+(connection lost, database busy, timeout) becomes
+:class:`~blamequeue.errors.BackendUnavailableError` (``retryable=True``), chained with
+``raise ... from exc``; the core then retries it and counts it towards the circuit breaker.
+A permanent failure (bad configuration, unsupported operation) is a non-retryable
+``QueueError`` with the matching code.
+
+**Ownership.** A backend opens and closes what it creates; a client or connection it was handed
+in its options belongs to the caller and is never closed by the backend.
+
+**Concurrency.** The core may call any method from several tasks at once; a backend serialises
+what its store needs serialised.  Several processes may share one store: every transition must
+be atomic in the store itself (one SQL statement or transaction, one Lua script, one SQS call),
+never a read followed by a write in a second round trip.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar, Literal, Protocol
+
+import attrs
+
+__all__ = [
+    "Backend",
+    "BackendContext",
+    "Capabilities",
+    "Clock",
+    "JobState",
+    "Lease",
+    "NewJob",
+    "Settlement",
+    "StoredJob",
+    "SweepResult",
+]
+
+JobState = Literal["pending", "inflight", "done", "dead", "parked"]
+Outcome = Literal["done", "retry", "dead", "release"]
+
+
+class Clock(Protocol):
+    """Where the queue reads time.  ``blamequeue_testing.VirtualClock`` implements it too."""
+
+    def now(self) -> float:
+        """Seconds since the Unix epoch."""
+        ...
+
+    async def sleep(self, seconds: float) -> None:
+        """Return once ``seconds`` of this clock's time have passed."""
+        ...
+
+
+@attrs.frozen(kw_only=True)
+class Capabilities:
+    """What a backend can do; the core refuses what it cannot, with a clear error.
+
+    * ``dlq``: keeps a dead-letter queue (``dlq_*`` methods work).
+    * ``flows``: can park jobs and release them when their dependencies are done.
+    * ``native_lease``: the store enforces leases itself (e.g. SQS visibility timeouts).
+    * ``priority`` / ``delay``: honours ``priority`` and ``available_at``.
+    * ``cross_process_wakeup``: :meth:`Backend.wait_for_work` returns early when another
+      process enqueues.
+    * ``async_libraries``: the event loops it runs on.
+    """
+
+    dlq: bool = True
+    flows: bool = False
+    native_lease: bool = False
+    priority: bool = True
+    delay: bool = True
+    cross_process_wakeup: bool = False
+    async_libraries: frozenset[str] = frozenset({"asyncio", "trio"})
+
+
+@attrs.frozen(kw_only=True)
+class BackendContext:
+    """What the queue hands a backend when it builds it."""
+
+    name: str
+    """The operator's name for this backend (``"primary"``)."""
+    clock: Clock
+
+
+@attrs.frozen(kw_only=True)
+class NewJob:
+    """A job to store in state ``pending`` (or ``parked`` when ``parked`` is true)."""
+
+    id: str
+    queue: str
+    payload: str
+    priority: int
+    max_attempts: int
+    created_at: float
+    available_at: float
+    classification: str | None = None
+    trace_id: str | None = None
+    meta: str | None = None
+    flow_id: str | None = None
+    parked: bool = False
+
+
+@attrs.frozen(kw_only=True)
+class StoredJob:
+    """A job as the backend holds it."""
+
+    id: str
+    queue: str
+    state: JobState
+    payload: str
+    priority: int
+    attempts: int
+    max_attempts: int
+    created_at: float
+    available_at: float
+    classification: str | None = None
+    trace_id: str | None = None
+    last_error: str | None = None
+    meta: str | None = None
+    flow_id: str | None = None
+    finished_at: float | None = None
+    """When the job became ``done`` or ``dead``."""
+
+
+@attrs.frozen(kw_only=True)
+class Lease:
+    """One leased job: the backend moved it to ``inflight`` and bumped ``attempts``."""
+
+    job: StoredJob
+    token: str
+    """Fences settlement: only this token may settle or extend the lease."""
+    expires_at: float
+
+
+@attrs.frozen(kw_only=True)
+class Settlement:
+    """The outcome of one attempt, to apply if and only if ``token`` still owns the job.
+
+    * ``done``: the job is finished at ``at``; kept as ``done`` when ``keep`` is true (retention),
+      else deleted at once.
+    * ``retry``: back to ``pending``, due at ``at``, with ``error`` as its last error.
+    * ``dead``: to the dead-letter queue, ``finished_at = at``, with ``error``.
+    * ``release``: back to ``pending`` due at ``at`` with the attempt given back
+      (``attempts -= 1``); used when a worker shuts down mid-attempt.
+    """
+
+    job_id: str
+    token: str
+    outcome: Outcome
+    at: float
+    error: str | None = None
+    keep: bool = True
+
+
+@attrs.frozen(kw_only=True)
+class SweepResult:
+    """What one :meth:`Backend.sweep` did."""
+
+    repended: int = 0
+    """Expired leases put back to ``pending``, due at once."""
+    dead: Sequence[StoredJob] = ()
+    """Expired leases whose attempts were exhausted, now ``dead`` (for audit events)."""
+    pruned: int = 0
+    """``done`` jobs deleted because their retention passed."""
+
+
+class Backend(abc.ABC):
+    """A job store.  Subclass it; the core drives it.
+
+    Construction takes no I/O: validate ``options`` and raise
+    :class:`~blamequeue.errors.ConfigError` (``queue/invalid-config``) for anything wrong,
+    naming the option.  ``options`` holds only the backend's own keys; the queue has already
+    taken the common ones (``protocol``, ``retry``, ``breaker``, ``backoff``, ``max_attempts``,
+    ``retain_done``, ``seal``).
+    """
+
+    protocol: ClassVar[str]
+    capabilities: ClassVar[Capabilities] = Capabilities()
+
+    def __init__(self, options: Mapping[str, Any], context: BackendContext) -> None:
+        self.options = dict(options)
+        self.context = context
+
+    @property
+    def store_path(self) -> str | None:
+        """A filesystem path the store lives at, if any (used to place a seal key beside it)."""
+        return None
+
+    # -- lifecycle -------------------------------------------------------------------------
+    async def open(self) -> None:  # noqa: B027 - optional hook
+        """Connect and prepare the store (create tables, load scripts).  Idempotent."""
+
+    async def close(self) -> None:  # noqa: B027 - optional hook
+        """Release what :meth:`open` acquired.  Never closes a handle given by the caller."""
+
+    # -- producing -------------------------------------------------------------------------
+    @abc.abstractmethod
+    async def enqueue(self, jobs: Sequence[NewJob]) -> None:
+        """Store every job, or none of them (one transaction / one script / one batch call).
+
+        Ids are unique; the order of ``jobs`` is their enqueue order (the tie-breaker of
+        leasing order).
+        """
+
+    # -- consuming -------------------------------------------------------------------------
+    @abc.abstractmethod
+    async def lease(
+        self, queue: str, *, limit: int, now: float, lease_seconds: float
+    ) -> list[Lease]:
+        """Atomically take up to ``limit`` due jobs of ``queue`` and return them in order.
+
+        Due: ``state == "pending"`` and ``available_at <= now``.  Order: higher ``priority``
+        first, then earlier ``available_at``, then enqueue order.  Each taken job becomes
+        ``inflight`` with ``attempts + 1``, a fresh token and ``expires_at = now +
+        lease_seconds``.  Two concurrent calls (from any process) never return the same job.
+        """
+
+    @abc.abstractmethod
+    async def settle(self, settlements: Sequence[Settlement], *, now: float) -> list[bool]:
+        """Apply each settlement whose token still owns its ``inflight`` job.
+
+        Returns, per settlement in order, whether it was applied (``False``: stale, the lease
+        was lost; nothing changed for that job).  A batch is applied in as few round trips as
+        the store allows (group commit); each item is atomic on its own.
+        """
+
+    @abc.abstractmethod
+    async def extend(self, leases: Sequence[tuple[str, str]], *, expires_at: float) -> list[bool]:
+        """Move the lease expiry of each ``(job_id, token)`` still owned to ``expires_at``.
+
+        Returns, per pair, whether the lease is still held.
+        """
+
+    @abc.abstractmethod
+    async def sweep(self, *, now: float, retain_done: float, expired_error: str) -> SweepResult:
+        """Recover expired leases and prune retained ``done`` jobs, on every queue.
+
+        An ``inflight`` job whose lease expired (``expires_at <= now``) goes back to
+        ``pending`` due at ``now`` when ``attempts < max_attempts``, else to ``dead`` with
+        ``last_error = expired_error`` and ``finished_at = now``.  ``done`` jobs finished
+        before ``now - retain_done`` are deleted.
+        """
+
+    async def wait_for_work(self, queue: str, *, timeout: float) -> None:
+        """Return when work may have arrived from another process, or after ``timeout``.
+
+        The default waits ``timeout`` seconds of real time.  A backend that can hear other
+        processes (a blocking pop, a notification) returns earlier and sets
+        ``Capabilities.cross_process_wakeup``.  Same-process enqueues wake consumers in the
+        core; a backend need not handle them.
+        """
+        import anyio
+
+        await anyio.sleep(timeout)
+
+    # -- inspecting and operating ---------------------------------------------------------
+    @abc.abstractmethod
+    async def size(self, queue: str) -> int:
+        """Jobs of ``queue`` in ``pending``, ``inflight`` or ``parked`` (delayed included)."""
+
+    @abc.abstractmethod
+    async def purge(self, queue: str) -> int:
+        """Delete every live job of ``queue`` and its ``done`` rows; leave ``dead`` ones.
+
+        Returns how many live (pending, inflight, parked) jobs were deleted.
+        """
+
+    @abc.abstractmethod
+    async def dlq_list(self, queue: str, *, limit: int | None) -> list[StoredJob]:
+        """The ``dead`` jobs of ``queue``, most recently failed first, at most ``limit``."""
+
+    @abc.abstractmethod
+    async def dlq_retry(self, job_id: str, *, now: float) -> StoredJob | None:
+        """Move one ``dead`` job back to ``pending`` due at ``now`` with ``attempts = 0``.
+
+        Returns the job as it was before the move, or ``None`` when no dead job has that id.
+        """
+
+    @abc.abstractmethod
+    async def dlq_size(self, queue: str) -> int:
+        """How many ``dead`` jobs ``queue`` has."""
+
+    @abc.abstractmethod
+    async def dlq_purge(self, queue: str) -> int:
+        """Delete the ``dead`` jobs of ``queue``; return how many."""

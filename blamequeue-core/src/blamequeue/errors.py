@@ -1,0 +1,135 @@
+"""Errors raised by blamequeue.
+
+Every error the library raises on purpose is a :class:`QueueError` with a stable ``code``
+(one of :data:`ErrorCode`) and a message that says what to do about it.  Foreign exceptions
+(``sqlite3``, ``redis``, ``botocore``) are mapped at the backend boundary and chained with
+``raise ... from exc``; they never escape on their own.
+
+The tree::
+
+    QueueError                         .code, .retryable
+    ├── ConfigError (ValueError)       queue/invalid-config, queue/deferred-protocol
+    ├── BadArgumentError (ValueError)  queue/bad-argument, queue/bad-payload
+    ├── FlowError (ValueError)         queue/bad-flow, queue/flow-cycle, queue/flow-unknown-dep
+    ├── NotFoundError (LookupError)    queue/unknown-backend, queue/unknown-job, queue/job-not-found
+    ├── UnsupportedError               queue/dlq-unsupported, queue/flow-unsupported
+    ├── BackendUnavailableError        queue/backend-unavailable (retryable)
+    ├── ResultTimeoutError (TimeoutError)  queue/result-timeout
+    └── QueueError itself              queue/not-initialized, queue/unseal-failed, queue/job-failed
+
+Only errors whose ``retryable`` is true are retried by a backend's retry policy, and only those
+count towards its circuit breaker.
+"""
+
+from __future__ import annotations
+
+from typing import Final, Literal, get_args
+
+__all__ = [
+    "ERROR_CODES",
+    "BackendUnavailableError",
+    "BadArgumentError",
+    "ConfigError",
+    "ErrorCode",
+    "FlowError",
+    "NotFoundError",
+    "QueueError",
+    "ResultTimeoutError",
+    "UnsupportedError",
+]
+
+ErrorCode = Literal[
+    "queue/not-initialized",
+    "queue/unknown-backend",
+    "queue/invalid-config",
+    "queue/deferred-protocol",
+    "queue/dlq-unsupported",
+    "queue/bad-flow",
+    "queue/flow-cycle",
+    "queue/flow-unknown-dep",
+    "queue/flow-unsupported",
+    "queue/bad-payload",
+    "queue/bad-argument",
+    "queue/backend-unavailable",
+    "queue/unseal-failed",
+    "queue/unknown-job",
+    "queue/job-not-found",
+    "queue/job-failed",
+    "queue/result-timeout",
+]
+
+#: Every code the library can raise; the documentation lists exactly these.
+ERROR_CODES: Final[frozenset[str]] = frozenset(get_args(ErrorCode))
+
+
+class QueueError(Exception):
+    """Base of every error blamequeue raises on purpose.
+
+    ``code`` is stable across releases and safe to branch on; the message is for people.
+    ``retryable`` says whether trying the same call again later may succeed.
+    """
+
+    code: ErrorCode
+    retryable: bool = False
+
+    def __init__(self, code: ErrorCode, message: str, *, retryable: bool | None = None) -> None:
+        if code not in ERROR_CODES:  # a typo here would silently break callers' branches
+            raise ValueError(f"unknown QueueError code {code!r}")
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        if retryable is not None:
+            self.retryable = retryable
+
+    def __str__(self) -> str:
+        return f"[{self.code}] {self.message}"
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # Keep errors picklable across worker processes.
+        return (_rebuild, (type(self), self.code, self.message, self.retryable))
+
+
+def _rebuild(cls: type[QueueError], code: ErrorCode, message: str, retryable: bool) -> QueueError:
+    err = cls.__new__(cls)
+    QueueError.__init__(err, code, message, retryable=retryable)
+    return err
+
+
+class ConfigError(QueueError, ValueError):
+    """The queue or a backend was configured wrongly (``queue/invalid-config``,
+    ``queue/deferred-protocol``)."""
+
+
+class BadArgumentError(QueueError, ValueError):
+    """A call got an argument it cannot accept (``queue/bad-argument``, ``queue/bad-payload``).
+    Nothing was stored."""
+
+
+class FlowError(QueueError, ValueError):
+    """A flow specification is malformed, cyclic or names an unknown dependency."""
+
+
+class NotFoundError(QueueError, LookupError):
+    """A named thing does not exist (``queue/unknown-backend``, ``queue/unknown-job``,
+    ``queue/job-not-found``)."""
+
+
+class UnsupportedError(QueueError):
+    """The selected backend cannot do this (``queue/dlq-unsupported``,
+    ``queue/flow-unsupported``)."""
+
+
+class BackendUnavailableError(QueueError):
+    """The backend could not be reached, or its circuit breaker is open.
+
+    Retryable: consumers back off and resume by themselves.
+    """
+
+    retryable = True
+
+    def __init__(self, message: str, *, retryable: bool = True) -> None:
+        super().__init__("queue/backend-unavailable", message, retryable=retryable)
+
+
+class ResultTimeoutError(QueueError, TimeoutError):
+    """A job's result did not arrive in time (``queue/result-timeout``)."""

@@ -1,0 +1,53 @@
+"""The plugin hooks of blamequeue (pluggy project and entry-point group ``blamequeue``).
+
+Hooks are synchronous and only register things; all I/O lives in the objects they register.
+Each hook gets a ``register`` callback.  A plugin is any module or object with functions marked
+``@blamequeue.hookimpl``, made known through an entry point::
+
+    [project.entry-points.blamequeue]
+    mystore = "mystore_blamequeue.plugin"
+
+The shipped backends (``local``, ``memory``, ``redis``, ``sqs``) and the deferred ``amqp`` /
+``nats`` names come in the same way.  ``BLAMEQUEUE_PLUGINS`` (comma-separated entry-point names)
+loads only those; ``BLAMEQUEUE_DISABLE_PLUGINS`` skips the ones it names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pluggy
+
+__all__ = ["hookimpl", "hookspec"]
+
+PROJECT = "blamequeue"
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+
+@hookspec
+def blamequeue_register_protocols(register: Callable[[str, type[Any]], None]) -> None:
+    """Register backend classes by protocol name.
+
+    ``register("mystore", MyStoreBackend)`` makes ``{"protocol": "mystore"}`` usable in
+    ``Queue(backends=...)``.  The class subclasses :class:`blamequeue.abc.Backend`.  Registering
+    a name twice is a configuration error naming both plugins.
+    """
+
+
+@hookspec
+def blamequeue_register_audit_sinks(register: Callable[[str, Any], None]) -> None:
+    """Register audit sinks by name: objects with ``async def emit(event: AuditEvent)``.
+
+    Every queue sends its audit events to every registered sink, besides the ones passed as
+    ``Queue(audit_sinks=...)``.  A sink that raises is logged and skipped; it never stops a job.
+    """
+
+
+@hookspec
+def blamequeue_register_sealers(register: Callable[[str, Any], None]) -> None:
+    """Register sealers by name: objects that seal and unseal payloads and errors at rest.
+
+    The default, ``"secretbox"``, uses pynacl's SecretBox with key ids in the envelope.
+    """

@@ -1,0 +1,447 @@
+"""The ``local`` backend: :class:`LocalBackend`, jobs in one SQLite table.
+
+Each transition of the contract is one statement from :mod:`blamequeue_local._statements`,
+run through a :class:`Store`, whatever the batch size (settling a batch that both keeps and
+deletes jobs takes two; ``dlq_retry`` reads the dead job, then moves it with a compare-and-set).
+Errors from the store are mapped to :class:`~blamequeue.errors.QueueError` here, at the
+boundary.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import secrets
+import sqlite3
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, ClassVar, Final, TypeVar, cast
+
+import anyio
+import anyio.to_thread
+
+from blamequeue.abc import (
+    Backend,
+    BackendContext,
+    Capabilities,
+    JobState,
+    Lease,
+    NewJob,
+    Settlement,
+    StoredJob,
+    SweepResult,
+)
+from blamequeue.errors import BackendUnavailableError, BadArgumentError, QueueError
+from blamequeue_local._aiosqlite_store import AiosqliteStore, is_aiosqlite_connection
+from blamequeue_local._options import LocalOptions, parse_options
+from blamequeue_local._sqlite_errors import map_store_error
+from blamequeue_local._statements import ENQUEUE_VALUES_MAX, MAX_PARAMETERS, Statements
+from blamequeue_local._store import Row, SQLiteStore, Store, connect
+from blamequeue_local._wakeup import POLL_INTERVAL, FileSignature, Signature
+
+__all__ = ["LocalBackend", "stored_job"]
+
+T = TypeVar("T")
+
+_OUTCOMES: Final = frozenset({"done", "retry", "dead", "release"})
+# Opening creates the schema; several processes starting at once may find the file busy
+# beyond busy_timeout, so open() tries a few times before giving up.
+_OPEN_ATTEMPTS: Final = 5
+# A dead job moved by dlq_retry is re-read if it changed between our read and our write.
+_DLQ_RETRY_ATTEMPTS: Final = 5
+
+
+# How json.dumps writes a NUL character, which SQLite's JSON functions would cut text at.  Its
+# absence proves a batch holds no NUL (a literal backslash-u0000 in the data is written with
+# the backslash doubled, which this also matches: such a batch is refused needlessly, and
+# only when it is too large for bound parameters).
+_JSON_NUL: Final = "\\u0000"
+
+
+# One padding row of Statements.enqueue_values (its NULL id makes the statement skip it).
+_PADDING: Final[list[Any]] = [None] * 12
+
+
+def _dumps(items: list[list[Any]]) -> str:
+    return json.dumps(items, ensure_ascii=False, separators=(",", ":"))
+
+
+def _storable(error: str) -> str:
+    """``error`` as SQLite can hold it: an unpaired surrogate (say, from an undecodable file
+    name in an exception message) would make the whole settlement fail, so it is escaped."""
+    try:
+        error.encode("utf-8")
+    except UnicodeEncodeError:
+        return error.encode("utf-8", "backslashreplace").decode("utf-8")
+    return error
+
+
+def stored_job(row: Row) -> StoredJob:
+    """A :class:`StoredJob` from a row of :data:`~blamequeue_local._statements.COLUMNS`."""
+    finished_at = row[14]
+    return StoredJob(
+        id=row[0],
+        queue=row[1],
+        state=cast(JobState, row[2]),
+        payload=row[3],
+        priority=int(row[4]),
+        attempts=int(row[5]),
+        max_attempts=int(row[6]),
+        # SQLite may hand back an integral REAL as an int (RETURNING does): normalise.
+        created_at=float(row[7]),
+        available_at=float(row[8]),
+        classification=row[9],
+        trace_id=row[10],
+        last_error=row[11],
+        meta=row[12],
+        flow_id=row[13],
+        finished_at=None if finished_at is None else float(finished_at),
+    )
+
+
+def _lease_order(row: Row) -> tuple[int, float, int]:
+    return (-int(row[4]), float(row[8]), int(row[15]))
+
+
+class LocalBackend(Backend):
+    """Jobs in a SQLite table: the embedded default backend (protocol ``local``).
+
+    Options (all optional):
+
+    * ``path``: the database file of the default store (``"./blamequeue.db"``).
+    * ``table``: the jobs table (``"blamequeue_jobs"``); ``schema``: the SQLite schema holding
+      it (``"main"``, ``"temp"``, or a database attached to a ``store`` connection).  Both are
+      checked to be plain identifiers and quoted; nothing else is ever spliced into SQL.
+    * ``durability``: ``"normal"`` (WAL + ``synchronous=NORMAL``: survives a process crash; an
+      OS crash or power cut may lose the last commits) or ``"full"`` (fsync per commit).
+    * ``busy_timeout``: seconds a statement waits for another connection's write lock (5.0)
+      before failing with a retryable ``queue/backend-unavailable``.
+    * ``store``: bring your own: a ``sqlite3.Connection`` (opened with
+      ``check_same_thread=False``, e.g. by :func:`blamequeue_local.connect`), an
+      ``aiosqlite.Connection`` (asyncio only), or any :class:`blamequeue_local.Store`.  Not
+      combinable with ``path``, ``durability`` or ``busy_timeout``; never closed by the backend.
+
+    The default store is a stdlib ``sqlite3`` connection driven from one anyio worker thread,
+    so the backend runs on asyncio and trio alike.  Several processes may share the file:
+    every transition is one atomic statement, and :meth:`wait_for_work` notices their commits.
+    """
+
+    protocol: ClassVar[str] = "local"
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        dlq=True,
+        flows=False,
+        cross_process_wakeup=True,
+        async_libraries=frozenset({"asyncio", "trio"}),
+    )
+
+    def __init__(self, options: Mapping[str, Any], context: BackendContext) -> None:
+        super().__init__(options, context)
+        self._config: LocalOptions = parse_options(options)
+        self._sql = Statements(self._config.table, self._config.schema)
+        where = self._config.path if self._config.path is not None else "bring-your-own store"
+        self._where = f"local backend {context.name!r} ({where})"
+        self._store: Store | None = None
+        self._owned: SQLiteStore | None = None
+        self._signature: FileSignature | None = None
+        # Per queue: the database's file signature just before the last lease, so a commit
+        # landing between an empty lease and the next wait_for_work is not missed.
+        self._seen: dict[str, Signature] = {}
+
+    @property
+    def store_path(self) -> str | None:
+        path = self._config.path
+        return None if path is None or path == ":memory:" else path
+
+    @property
+    def store(self) -> Store | None:
+        """The store in use (``None`` until :meth:`open`)."""
+        return self._store
+
+    # -- lifecycle -------------------------------------------------------------------------
+    async def open(self) -> None:
+        if self._store is not None:
+            return
+        config = self._config
+        owned: SQLiteStore | None = None
+        store: Store
+        if config.store is None:
+            assert config.path is not None
+            open_connection = functools.partial(
+                connect,
+                config.path,
+                durability=config.durability,
+                busy_timeout=config.busy_timeout,
+            )
+            connection = await self._retry_busy(
+                lambda: self._guard(anyio.to_thread.run_sync(open_connection))
+            )
+            store = owned = SQLiteStore(connection)
+        elif isinstance(config.store, sqlite3.Connection):
+            store = SQLiteStore(config.store)
+        elif is_aiosqlite_connection(config.store):
+            store = AiosqliteStore(config.store)
+        else:
+            store = cast(Store, config.store)
+        try:
+            for statement in self._sql.schema:
+
+                async def create(statement: str = statement) -> int:
+                    return await self._guard(store.execute(statement, ()))
+
+                await self._retry_busy(create)
+            self._signature = await self._find_signature(store)
+        except BaseException:
+            if owned is not None:
+                await owned.aclose()
+            raise
+        self._store, self._owned = store, owned
+
+    async def close(self) -> None:
+        owned, self._store, self._owned = self._owned, None, None
+        self._seen.clear()
+        if owned is not None:
+            await owned.aclose()
+
+    async def _find_signature(self, store: Store) -> FileSignature | None:
+        """The file to watch for other processes' commits, if the table lives in one."""
+        if self._config.store is None:
+            path = self._config.path
+            if path is None or path == ":memory:":
+                return None
+            return FileSignature(path)
+        schema = (self._config.schema or "main").lower()
+        try:
+            rows = await store.execute_all("PRAGMA database_list", ())
+        except Exception:
+            return None  # a store that cannot say where it lives just gets polled
+        for row in rows:
+            if str(row[1]).lower() == schema and row[2]:
+                return FileSignature(str(row[2]))
+        return None
+
+    async def _retry_busy(self, step: Callable[[], Awaitable[T]]) -> T:
+        for attempt in range(_OPEN_ATTEMPTS):
+            try:
+                return await step()
+            except BackendUnavailableError as exc:
+                if not exc.retryable or attempt == _OPEN_ATTEMPTS - 1:
+                    raise
+            await anyio.sleep(0.05 * 2**attempt)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    # -- the store boundary ----------------------------------------------------------------
+    def _require_store(self) -> Store:
+        store = self._store
+        if store is None:
+            raise QueueError(
+                "queue/not-initialized",
+                f"{self._where} is not open: use 'async with queue:' or await queue.start() "
+                f"before calling it",
+            )
+        return store
+
+    async def _guard(self, call: Awaitable[T]) -> T:
+        try:
+            return await call
+        except QueueError:
+            raise
+        except Exception as exc:
+            raise map_store_error(exc, where=self._where) from exc
+
+    async def _all(self, sql: str, params: Sequence[Any]) -> list[Row]:
+        return await self._guard(self._require_store().execute_all(sql, params))
+
+    async def _one(self, sql: str, params: Sequence[Any]) -> Row | None:
+        return await self._guard(self._require_store().execute_one(sql, params))
+
+    async def _execute(self, sql: str, params: Sequence[Any]) -> int:
+        return await self._guard(self._require_store().execute(sql, params))
+
+    async def _count(self, sql: str, params: Sequence[Any]) -> int:
+        row = await self._one(sql, params)
+        return 0 if row is None else int(row[0])
+
+    # -- producing -------------------------------------------------------------------------
+    async def enqueue(self, jobs: Sequence[NewJob]) -> None:
+        count = len(jobs)
+        if not count:
+            return
+        if count <= ENQUEUE_VALUES_MAX:
+            bucket = 1 << (count - 1).bit_length()
+            params: list[Any] = [
+                value
+                for job in jobs
+                for value in (
+                    job.id,
+                    job.queue,
+                    "parked" if job.parked else "pending",
+                    job.payload,
+                    job.priority,
+                    job.max_attempts,
+                    job.created_at,
+                    job.available_at,
+                    job.classification,
+                    job.trace_id,
+                    job.meta,
+                    job.flow_id,
+                )
+            ]
+            params += _PADDING * (bucket - count)
+            await self._execute(self._sql.enqueue_values(bucket), params)
+            return
+        encoded = _dumps(
+            [
+                [
+                    job.id,
+                    job.queue,
+                    job.payload,
+                    job.priority,
+                    job.max_attempts,
+                    job.created_at,
+                    job.available_at,
+                    job.classification,
+                    job.trace_id,
+                    job.meta,
+                    job.flow_id,
+                    1 if job.parked else 0,
+                ]
+                for job in jobs
+            ]
+        )
+        if _JSON_NUL in encoded:
+            raise BadArgumentError(
+                "queue/bad-argument",
+                f"{self._where}: jobs whose text holds NUL characters must come in batches of "
+                f"at most {ENQUEUE_VALUES_MAX}, got {count}: split the batch",
+            )
+        await self._execute(self._sql.enqueue, (encoded,))
+
+    # -- consuming -------------------------------------------------------------------------
+    async def lease(
+        self, queue: str, *, limit: int, now: float, lease_seconds: float
+    ) -> list[Lease]:
+        store = self._require_store()
+        if self._signature is not None:
+            self._seen[queue] = self._signature.read()
+        if limit <= 0:
+            return []
+        # One token per call: the fence checks (id, token) pairs, and a job is leased again
+        # only by a later call with another token.
+        token = secrets.token_hex(16)
+        expires_at = now + lease_seconds
+        rows = await self._guard(
+            store.execute_all(self._sql.lease, (token, expires_at, queue, now, limit))
+        )
+        rows.sort(key=_lease_order)  # RETURNING order is unspecified
+        return [Lease(job=stored_job(row), token=token, expires_at=expires_at) for row in rows]
+
+    async def settle(self, settlements: Sequence[Settlement], *, now: float) -> list[bool]:
+        if not settlements:
+            return []
+        sent: set[tuple[str, str]] = set()
+        updates: list[list[Any]] = []
+        bound: list[list[Any]] = []
+        deletes: list[list[Any]] = []
+        for item in settlements:
+            if item.outcome not in _OUTCOMES:
+                raise BadArgumentError(
+                    "queue/bad-argument",
+                    f"settlement outcome must be one of {sorted(_OUTCOMES)}, got {item.outcome!r}",
+                )
+            key = (item.job_id, item.token)
+            if key in sent:
+                continue  # a repeated settlement is stale: completion applies once
+            sent.add(key)
+            if item.outcome == "done" and not item.keep:
+                deletes.append([item.job_id, item.token])
+                continue
+            error = None if item.error is None else _storable(item.error)
+            update = [item.job_id, item.token, item.outcome, item.at, error]
+            (bound if error is not None and "\x00" in error else updates).append(update)
+
+        applied: set[tuple[str, str]] = set()
+        if updates:
+            rows = await self._all(self._sql.settle, (_dumps(updates),))
+            applied.update((row[0], row[1]) for row in rows)
+        # Rare: errors holding NUL characters, bound as parameters (each settlement is atomic
+        # on its own, so these may take several statements).
+        per_statement = MAX_PARAMETERS // 5
+        for start in range(0, len(bound), per_statement):
+            chunk = bound[start : start + per_statement]
+            params = [value for update in chunk for value in update]
+            rows = await self._all(self._sql.settle_bound(len(chunk)), params)
+            applied.update((row[0], row[1]) for row in rows)
+        if deletes:
+            rows = await self._all(self._sql.settle_delete, (_dumps(deletes),))
+            applied.update((row[0], row[1]) for row in rows)
+
+        results: list[bool] = []
+        for item in settlements:
+            key = (item.job_id, item.token)
+            results.append(key in applied)
+            applied.discard(key)
+        return results
+
+    async def extend(self, leases: Sequence[tuple[str, str]], *, expires_at: float) -> list[bool]:
+        if not leases:
+            return []
+        pairs = [[job_id, token] for job_id, token in leases]
+        rows = await self._all(self._sql.extend, (expires_at, _dumps(pairs)))
+        held = {(row[0], row[1]) for row in rows}
+        return [(job_id, token) in held for job_id, token in leases]
+
+    async def sweep(self, *, now: float, retain_done: float, expired_error: str) -> SweepResult:
+        rows = await self._all(self._sql.sweep_expired, (now, expired_error))
+        dead = [stored_job(row) for row in rows if row[2] == "dead"]
+        pruned = await self._execute(self._sql.prune_done, (now - retain_done,))
+        return SweepResult(repended=len(rows) - len(dead), dead=dead, pruned=pruned)
+
+    async def wait_for_work(self, queue: str, *, timeout: float) -> None:
+        signature = self._signature
+        if signature is None or self._store is None:
+            await anyio.sleep(max(0.0, timeout))
+            return
+        baseline = self._seen.get(queue)
+        if baseline is None:
+            baseline = signature.read()
+        with anyio.move_on_after(max(0.0, timeout)):
+            while True:
+                current = signature.read()
+                if current != baseline:
+                    # Remember it, so a second wait before the next lease does not spin.
+                    self._seen[queue] = current
+                    return
+                await anyio.sleep(POLL_INTERVAL)
+
+    # -- inspecting and operating ---------------------------------------------------------
+    async def size(self, queue: str) -> int:
+        return await self._count(self._sql.size, (queue,))
+
+    async def purge(self, queue: str) -> int:
+        rows = await self._all(self._sql.purge, (queue,))
+        return sum(1 for row in rows if row[0])
+
+    async def dlq_list(self, queue: str, *, limit: int | None) -> list[StoredJob]:
+        rows = await self._all(self._sql.dlq_list, (queue, -1 if limit is None else max(0, limit)))
+        return [stored_job(row) for row in rows]
+
+    async def dlq_retry(self, job_id: str, *, now: float) -> StoredJob | None:
+        # Read the dead job, then move it with a compare-and-set on what it was: the write is
+        # still one atomic statement, and the job returned is exactly the one moved.
+        for _ in range(_DLQ_RETRY_ATTEMPTS):
+            row = await self._one(self._sql.dlq_get, (job_id,))
+            if row is None:
+                return None
+            moved = await self._execute(
+                self._sql.dlq_retry, (now, row[15], row[5], row[14], row[11])
+            )
+            if moved:
+                return stored_job(row)
+        raise BackendUnavailableError(
+            f"{self._where}: dead job {job_id!r} kept changing while being retried; try again"
+        )
+
+    async def dlq_size(self, queue: str) -> int:
+        return await self._count(self._sql.dlq_size, (queue,))
+
+    async def dlq_purge(self, queue: str) -> int:
+        return await self._execute(self._sql.dlq_purge, (queue,))

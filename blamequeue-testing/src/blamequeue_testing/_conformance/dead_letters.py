@@ -1,0 +1,216 @@
+"""SPEC §3.1 and §2: the dead-letter queue (exhausted attempts, list, retry, purge)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+
+import pytest
+
+from blamequeue import DeadLetter, Job, JobContext, QueueError
+
+from .fixtures import Conformance, fail, succeed
+
+__all__ = ["TestDeadLetterQueue", "TestWithoutDeadLetterQueue"]
+
+
+async def _kill(conformance: Conformance, payload: object = "doomed") -> str:
+    """Enqueue a job with one attempt and fail it into the DLQ; return its id."""
+    job_id = await conformance.queue.enqueue(conformance.name, payload, max_attempts=1)
+    result = await conformance.queue.tick(conformance.name, fail)
+    assert result.moved_to_dlq == 1
+    return job_id
+
+
+@pytest.mark.anyio
+class TestDeadLetterQueue:
+    @pytest.fixture(autouse=True)
+    def _needs_dlq(self, conformance: Conformance) -> None:
+        conformance.require("dlq", "there is no dead-letter queue to check")
+
+    async def test_exhausted_attempts_move_job_to_dlq(self, conformance: Conformance) -> None:
+        q, name = conformance.queue, conformance.name
+        await q.enqueue(name, "x", max_attempts=2)
+        first = await q.tick(name, fail)
+        assert (first.failed, first.moved_to_dlq) == (1, 0)
+        conformance.advance(1)  # the default backoff after one failure
+        second = await q.tick(name, fail)
+        assert (second.leased, second.failed, second.moved_to_dlq) == (1, 1, 1)
+        assert await conformance.size() == 0
+        assert await conformance.dlq_size() == 1
+
+    async def test_backend_max_attempts_is_the_default(self, conformance: Conformance) -> None:
+        async with conformance.factory.open(max_attempts=1) as q:
+            await q.enqueue(conformance.name, "x")
+            result = await q.tick(conformance.name, fail)
+            assert result.moved_to_dlq == 1
+            assert await q.dlq_size(conformance.name) == 1
+
+    async def test_default_max_attempts_is_five(self, conformance: Conformance) -> None:
+        q, name = conformance.queue, conformance.name
+        await q.enqueue(name, "x")
+        seen: list[int] = []
+
+        async def boom(job: Job, ctx: JobContext) -> None:
+            seen.append(job.max_attempts)
+            raise RuntimeError("boom")
+
+        moved = 0
+        for _ in range(5):
+            moved += (await q.tick(name, boom)).moved_to_dlq
+            conformance.advance(300)
+        assert seen == [5] * 5
+        assert moved == 1
+        assert await conformance.dlq_size() == 1
+
+    async def test_dead_letter_records_the_job_and_its_last_error(
+        self, conformance: Conformance
+    ) -> None:
+        q, name = conformance.queue, conformance.name
+        job_id = await q.enqueue(
+            name,
+            {"order": 42},
+            max_attempts=2,
+            classification="restricted",
+            trace_id="trace-dead",
+        )
+
+        async def boom(job: Job, ctx: JobContext) -> None:
+            raise ValueError(f"card declined on attempt {job.attempts}")
+
+        await q.tick(name, boom)
+        conformance.advance(1)
+        failed_at = conformance.now()
+        await q.tick(name, boom)
+        [letter] = await q.dlq_list(name)
+        assert isinstance(letter, DeadLetter)
+        assert letter.job_id == job_id
+        assert letter.queue == name
+        assert letter.payload == {"order": 42}
+        assert letter.attempts == 2
+        assert letter.last_error is not None
+        assert "ValueError: card declined on attempt 2" in letter.last_error
+        assert letter.trace_id == "trace-dead"
+        assert letter.classification == "restricted"
+        assert letter.failed_at == datetime.fromtimestamp(failed_at, UTC)
+
+    async def test_dlq_list_shows_latest_failure_first_and_honours_limit(
+        self, conformance: Conformance
+    ) -> None:
+        first = await _kill(conformance, "first")
+        conformance.advance(1)
+        second = await _kill(conformance, "second")
+        conformance.advance(1)
+        third = await _kill(conformance, "third")
+        letters = await conformance.queue.dlq_list(conformance.name)
+        assert [letter.job_id for letter in letters] == [third, second, first]
+        limited = await conformance.queue.dlq_list(conformance.name, limit=2)
+        assert [letter.job_id for letter in limited] == [third, second]
+
+    async def test_dead_job_is_never_retried_automatically(
+        self, conformance: Conformance
+    ) -> None:
+        await _kill(conformance)
+        for _ in range(3):
+            conformance.advance(24 * 3600)
+            await conformance.queue.sweep()
+            assert await conformance.leasable() == 0
+        assert await conformance.dlq_size() == 1
+        assert await conformance.size() == 0
+
+    async def test_dlq_retry_resets_attempts_and_makes_job_due(
+        self, conformance: Conformance
+    ) -> None:
+        q, name = conformance.queue, conformance.name
+        job_id = await _kill(conformance, {"again": True})
+        assert await q.dlq_retry(job_id) is True
+        assert await conformance.dlq_size() == 0
+        assert await conformance.size() == 1
+        seen: list[tuple[str, object, int]] = []
+
+        async def record(job: Job, ctx: JobContext) -> None:
+            seen.append((job.id, job.payload, job.attempts))
+
+        result = await q.tick(name, record)  # due at once: no clock advance
+        assert result.succeeded == 1
+        assert seen == [(job_id, {"again": True}, 1)]
+        assert await conformance.size() == 0
+
+    async def test_dlq_retry_of_unknown_job_returns_false(self, conformance: Conformance) -> None:
+        assert await conformance.queue.dlq_retry("job-" + "0" * 26) is False
+
+    async def test_dlq_retry_of_live_job_returns_false(self, conformance: Conformance) -> None:
+        job_id = await conformance.queue.enqueue(conformance.name, "alive")
+        assert await conformance.queue.dlq_retry(job_id) is False
+        assert await conformance.size() == 1
+        assert await conformance.leasable() == 1
+
+    async def test_dlq_retry_twice_returns_false_the_second_time(
+        self, conformance: Conformance
+    ) -> None:
+        job_id = await _kill(conformance)
+        assert await conformance.queue.dlq_retry(job_id) is True
+        assert await conformance.queue.dlq_retry(job_id) is False
+        assert await conformance.size() == 1
+
+    async def test_retried_job_can_die_again(self, conformance: Conformance) -> None:
+        q, name = conformance.queue, conformance.name
+        job_id = await _kill(conformance)
+        await q.dlq_retry(job_id)
+        result = await q.tick(name, fail)
+        assert result.moved_to_dlq == 1
+        [letter] = await q.dlq_list(name)
+        assert (letter.job_id, letter.attempts) == (job_id, 1)
+
+    async def test_dlq_purge_empties_dead_letters_and_returns_count(
+        self, conformance: Conformance
+    ) -> None:
+        q, name = conformance.queue, conformance.name
+        await _kill(conformance)
+        await _kill(conformance)
+        await q.enqueue(name, "alive")
+        assert await q.dlq_purge(name) == 2
+        assert await conformance.dlq_size() == 0
+        assert await q.dlq_list(name) == []
+        assert await conformance.size() == 1  # live jobs untouched
+        assert await q.dlq_purge(name) == 0
+
+    async def test_dlq_size_counts_only_this_queue(self, conformance: Conformance) -> None:
+        q, name = conformance.queue, conformance.name
+        await _kill(conformance)
+        other = f"{name}-other"
+        await q.enqueue(other, "x", max_attempts=1)
+        await q.tick(other, fail)
+        assert await q.dlq_size(name) == 1
+        assert await q.dlq_size(other) == 1
+        assert await q.dlq_purge(other) == 1
+        assert await q.dlq_size(name) == 1
+
+    async def test_dlq_of_unknown_queue_is_empty(self, conformance: Conformance) -> None:
+        name = f"{conformance.name}-never-used"
+        assert await conformance.queue.dlq_size(name) == 0
+        assert await conformance.queue.dlq_list(name) == []
+        assert await conformance.queue.dlq_purge(name) == 0
+
+    async def test_succeeded_job_never_reaches_dlq(self, conformance: Conformance) -> None:
+        await conformance.queue.enqueue(conformance.name, "fine", max_attempts=1)
+        await conformance.queue.tick(conformance.name, succeed)
+        assert await conformance.dlq_size() == 0
+
+
+@pytest.mark.anyio
+class TestWithoutDeadLetterQueue:
+    async def test_dlq_calls_raise_dlq_unsupported(self, conformance: Conformance) -> None:
+        if conformance.capabilities.dlq:
+            pytest.skip("backend declares dlq=True: covered by TestDeadLetterQueue")
+        q, name = conformance.queue, conformance.name
+        calls: list[Callable[[], Awaitable[object]]] = [
+            lambda: q.dlq_size(name),
+            lambda: q.dlq_list(name),
+            lambda: q.dlq_purge(name),
+            lambda: q.dlq_retry("job-" + "0" * 26),
+        ]
+        for call in calls:
+            with pytest.raises(QueueError) as info:
+                await call()
+            assert info.value.code == "queue/dlq-unsupported"

@@ -1,0 +1,277 @@
+"""The fixtures and helpers every conformance test shares.
+
+A test gets :class:`Conformance` (fixture ``conformance``): a started queue on the backend under
+test (named :data:`BACKEND`), the :class:`~blamequeue_testing.VirtualClock` that drives it, an
+audit recorder, a queue name of its own and the backend's capabilities.  Time moves only when a
+test advances the clock; waits for other tasks are bounded by :func:`anyio.fail_after` as a
+safety net, never as a timed assertion.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import pytest
+
+from blamequeue import AuditEvent, Job, JobContext, Queue
+from blamequeue._plugins import load_registry
+from blamequeue.abc import Capabilities
+from blamequeue_testing._clock import VirtualClock
+
+__all__ = [
+    "BACKEND",
+    "SAFETY_NET",
+    "AuditRecorder",
+    "Conformance",
+    "QueueFactory",
+    "anyio_backend",
+    "backend_capabilities",
+    "conformance",
+    "conformance_audit",
+    "conformance_clock",
+    "conformance_queue",
+    "conformance_queue_factory",
+    "fail",
+    "succeed",
+    "wait_for",
+    "wait_until",
+]
+
+BACKEND = "conf"
+"""The name the suite gives the backend under test in ``Queue(backends=...)``."""
+
+SAFETY_NET = 10.0
+"""Real seconds after which a wait for another task is declared hung (never reached when the
+backend behaves; it is not a timing assertion)."""
+
+_SHUTDOWN_TIMEOUT = 5.0
+
+
+class AuditRecorder:
+    """An audit sink that keeps every event it is given, in order."""
+
+    def __init__(self) -> None:
+        self.events: list[AuditEvent] = []
+
+    async def emit(self, event: AuditEvent) -> None:
+        self.events.append(event)
+
+    def named(self, name: str) -> list[AuditEvent]:
+        return [event for event in self.events if event.name == name]
+
+
+def backend_capabilities(config: Mapping[str, Any]) -> Capabilities:
+    """The capabilities the backend class registered for ``config["protocol"]`` declares."""
+    registration = load_registry().protocols.get(config.get("protocol"))  # type: ignore[arg-type]
+    caps = getattr(getattr(registration, "value", None), "capabilities", None)
+    return caps if isinstance(caps, Capabilities) else Capabilities()
+
+
+class QueueFactory:
+    """Builds queues on the backend under test, all driven by the same clock and recorder.
+
+    Queues it built and a test left running are shut down when the test ends.
+    """
+
+    def __init__(
+        self, config: Mapping[str, Any], clock: VirtualClock, audit: AuditRecorder
+    ) -> None:
+        self.config = dict(config)
+        self.clock = clock
+        self.audit = audit
+        self._built: list[Queue] = []
+
+    def build(self, **overrides: Any) -> Queue:
+        """A new, not yet started queue; ``overrides`` replace keys of the backend config."""
+        queue = Queue(
+            backends={BACKEND: {**self.config, **overrides}},
+            clock=self.clock,
+            sweep_interval=0,
+            audit_sinks=[self.audit],
+        )
+        self._built.append(queue)
+        return queue
+
+    @asynccontextmanager
+    async def open(self, **overrides: Any) -> AsyncIterator[Queue]:
+        """A started queue from :meth:`build`, shut down on exit."""
+        queue = self.build(**overrides)
+        await queue.start()
+        try:
+            yield queue
+        finally:
+            await queue.shutdown(timeout=_SHUTDOWN_TIMEOUT)
+
+    async def aclose(self) -> None:
+        for queue in reversed(self._built):
+            await queue.shutdown(timeout=_SHUTDOWN_TIMEOUT)  # a no-op unless left running
+
+
+class Conformance:
+    """What a conformance test works with (fixture ``conformance``)."""
+
+    def __init__(
+        self,
+        *,
+        queue: Queue,
+        clock: VirtualClock,
+        audit: AuditRecorder,
+        factory: QueueFactory,
+        capabilities: Capabilities,
+    ) -> None:
+        self.queue = queue
+        """Started, on the backend under test (named :data:`BACKEND`), no sweep timer."""
+        self.clock = clock
+        self.audit = audit
+        self.factory = factory
+        self.capabilities = capabilities
+        self.name = f"conformance-{uuid.uuid4().hex[:12]}"
+        """A queue name no other test uses (backends may be shared between tests)."""
+
+    # -- capabilities ----------------------------------------------------------------------
+    def require(self, flag: str, why: str) -> None:
+        """Skip the test, saying so, when the backend does not declare capability ``flag``."""
+        if not getattr(self.capabilities, flag):
+            pytest.skip(f"backend declares {flag}=False: {why}")
+
+    def require_virtual_leases(self) -> None:
+        """Skip when the store keeps lease time itself, so the virtual clock cannot expire it."""
+        if self.capabilities.native_lease:
+            pytest.skip(
+                "backend declares native_lease=True: its store expires leases on its own clock, "
+                "which the virtual clock of this suite cannot move"
+            )
+
+    # -- time ------------------------------------------------------------------------------
+    def now(self) -> float:
+        return self.clock.now()
+
+    def advance(self, seconds: float) -> None:
+        self.clock.advance(seconds)
+
+    def advance_to(self, when: float) -> None:
+        """Move the clock to exactly ``when`` (``now + (when - now)`` is exact in floats)."""
+        self.clock.advance(max(0.0, when - self.clock.now()))
+
+    # -- queue shortcuts -------------------------------------------------------------------
+    async def size(self) -> int:
+        return await self.queue.size(self.name)
+
+    async def dlq_size(self) -> int:
+        return await self.queue.dlq_size(self.name)
+
+    async def leasable(self) -> int:
+        """How many jobs a tick leases now (each is completed)."""
+        result = await self.queue.tick(self.name, succeed, max=1000)
+        return result.leased
+
+    async def require_shared_store(self, first: Queue, second: Queue) -> None:
+        """Skip unless two queues built from the backend config see one store.
+
+        True of every durable backend (same file, same server); the memory backend shares a
+        store only between backends with the same ``namespace``.
+        """
+        probe = f"{self.name}-probe"
+        await first.enqueue(probe, None)
+        seen = await second.size(probe)
+        await first.purge(probe)
+        if seen != 1:
+            pytest.skip(
+                "two Queue objects built from bq_backend_config do not share one store (for "
+                "protocol 'memory', give it a 'namespace'); this test looks at jobs through a "
+                "second queue after the first one shut down"
+            )
+
+
+async def succeed(job: Job, ctx: JobContext) -> None:
+    """A handler that completes every job."""
+
+
+async def fail(job: Job, ctx: JobContext) -> None:
+    """A handler that fails every job."""
+    raise RuntimeError(f"conformance failure of {job.id}")
+
+
+async def wait_until(predicate: Callable[[], bool], what: str) -> None:
+    """Yield to other tasks (and threads) until ``predicate()`` holds."""
+    spins = 0
+    try:
+        with anyio.fail_after(SAFETY_NET):
+            while not predicate():
+                spins += 1
+                # Checkpoints first; a backend working in a thread gets a little real time.
+                await anyio.sleep(0 if spins < 200 else 0.001)
+    except TimeoutError:
+        pytest.fail(f"gave up waiting for {what}")
+
+
+async def wait_for(event: anyio.Event, what: str) -> None:
+    """Wait for ``event``; a backend that never delivers fails the test instead of hanging."""
+    try:
+        with anyio.fail_after(SAFETY_NET):
+            await event.wait()
+    except TimeoutError:
+        pytest.fail(f"gave up waiting for {what}")
+
+
+# -- fixtures -------------------------------------------------------------------------------
+@pytest.fixture(params=["asyncio", "trio"])
+def anyio_backend(request: pytest.FixtureRequest) -> str:
+    """Every conformance test runs on asyncio and on trio."""
+    return str(request.param)
+
+
+@pytest.fixture
+def conformance_clock() -> VirtualClock:
+    """The virtual clock driving the conformance queues."""
+    return VirtualClock()
+
+
+@pytest.fixture
+def conformance_audit() -> AuditRecorder:
+    """Records the audit events of the conformance queues."""
+    return AuditRecorder()
+
+
+@pytest.fixture
+async def conformance_queue_factory(
+    bq_backend_config: Mapping[str, Any],
+    conformance_clock: VirtualClock,
+    conformance_audit: AuditRecorder,
+) -> AsyncIterator[QueueFactory]:
+    """Builds more queues on the backend under test (other config keys, a second worker)."""
+    factory = QueueFactory(bq_backend_config, conformance_clock, conformance_audit)
+    try:
+        yield factory
+    finally:
+        await factory.aclose()
+
+
+@pytest.fixture
+async def conformance_queue(conformance_queue_factory: QueueFactory) -> AsyncIterator[Queue]:
+    """``Queue(backends={"conf": bq_backend_config}, clock=conformance_clock,
+    sweep_interval=0)``, started, recording audit events; shut down after the test."""
+    async with conformance_queue_factory.open() as queue:
+        yield queue
+
+
+@pytest.fixture
+def conformance(
+    conformance_queue: Queue,
+    conformance_queue_factory: QueueFactory,
+    conformance_clock: VirtualClock,
+    conformance_audit: AuditRecorder,
+    bq_backend_config: Mapping[str, Any],
+) -> Conformance:
+    """Everything a conformance test works with, in one object."""
+    return Conformance(
+        queue=conformance_queue,
+        clock=conformance_clock,
+        audit=conformance_audit,
+        factory=conformance_queue_factory,
+        capabilities=backend_capabilities(bq_backend_config),
+    )

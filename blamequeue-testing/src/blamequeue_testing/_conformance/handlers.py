@@ -1,0 +1,162 @@
+"""SPEC §2 handlers: plain ``def`` handlers, odd exceptions and odd return values."""
+
+from __future__ import annotations
+
+import inspect
+import threading
+from typing import Any
+
+import anyio
+import pytest
+
+from blamequeue import Job, JobContext, QueueError
+
+from .fixtures import Conformance, wait_until
+
+__all__ = ["TestHandlers"]
+
+
+class HandlerAbort(BaseException):
+    """Not an ``Exception`` and not a cancellation: still just a failed attempt."""
+
+
+@pytest.mark.anyio
+class TestHandlers:
+    async def test_sync_handler_runs_with_a_plain_context(self, conformance: Conformance) -> None:
+        q, name = conformance.queue, conformance.name
+        job_id = await q.enqueue(name, {"sync": True})
+        seen: dict[str, Any] = {}
+
+        def handler(job: Job, ctx: Any) -> None:
+            seen["payload"] = job.payload
+            seen["ctx_job"] = ctx.job.id
+            seen["thread"] = threading.current_thread() is not threading.main_thread()
+            extended = ctx.extend_lease(10)
+            seen["extend"] = (inspect.isawaitable(extended), extended)
+            progressed = ctx.progress(50)
+            seen["progress"] = inspect.isawaitable(progressed)
+            seen["expires"] = ctx.lease_expires_at
+
+        result = await q.tick(name, handler)
+        assert result.succeeded == 1
+        assert seen["payload"] == {"sync": True}
+        assert seen["ctx_job"] == job_id
+        assert seen["thread"] is True  # a sync handler never blocks the event loop
+        assert seen["extend"] == (False, True)
+        assert seen["progress"] is False
+        assert seen["expires"].tzinfo is not None
+
+    async def test_sync_handler_failure_fails_the_attempt(self, conformance: Conformance) -> None:
+        q, name = conformance.queue, conformance.name
+        await q.enqueue(name, "x", max_attempts=2)
+
+        def handler(job: Job, ctx: Any) -> None:
+            raise KeyError("missing row")
+
+        result = await q.tick(name, handler)
+        assert (result.failed, result.succeeded) == (1, 0)
+        conformance.advance(1)
+        errors: list[str | None] = []
+
+        async def record(job: Job, ctx: JobContext) -> None:
+            errors.append(job.last_error)
+
+        await q.tick(name, record)
+        assert errors[0] is not None
+        assert "KeyError" in errors[0]
+        assert "missing row" in errors[0]
+
+    async def test_consumer_runs_sync_handlers(self, conformance: Conformance) -> None:
+        q, name = conformance.queue, conformance.name
+        await q.enqueue_many(name, [1, 2, 3])
+        seen: list[int] = []
+        lock = threading.Lock()
+
+        def handler(job: Job, ctx: Any) -> None:
+            with lock:
+                seen.append(job.payload)
+
+        consumer = await q.consume(name, handler, concurrency=2, poll_interval=0.05)
+        stats = consumer.stats
+        await wait_until(lambda: stats.succeeded + stats.failed >= 3, "three sync jobs to settle")
+        consumer.cancel()
+        with anyio.fail_after(10):
+            await consumer.wait_stopped()
+        assert (stats.succeeded, stats.failed) == (3, 0)
+        assert sorted(seen) == [1, 2, 3]
+
+    async def test_handler_raising_base_exception_fails_the_attempt(
+        self, conformance: Conformance
+    ) -> None:
+        q, name = conformance.queue, conformance.name
+        await q.enqueue(name, "x", max_attempts=2)
+
+        async def handler(job: Job, ctx: JobContext) -> None:
+            raise HandlerAbort("not an Exception")
+
+        result = await q.tick(name, handler)
+        assert (result.leased, result.failed) == (1, 1)
+        assert await conformance.size() == 1
+        conformance.advance(1)
+        errors: list[str | None] = []
+
+        async def record(job: Job, ctx: JobContext) -> None:
+            errors.append(job.last_error)
+
+        await q.tick(name, record)
+        assert errors[0] is not None
+        assert "HandlerAbort" in errors[0]
+
+    async def test_consumer_survives_a_handler_raising_base_exception(
+        self, conformance: Conformance
+    ) -> None:
+        q, name = conformance.queue, conformance.name
+        await q.enqueue_many(name, ["abort", "fine"])
+
+        async def handler(job: Job, ctx: JobContext) -> None:
+            if job.payload == "abort":
+                raise HandlerAbort("worker must live on")
+
+        consumer = await q.consume(name, handler, poll_interval=0.05)
+        await wait_until(
+            lambda: consumer.stats.failed == 1 and consumer.stats.succeeded == 1,
+            "both jobs to settle",
+        )
+        assert not consumer.cancelled
+        await q.enqueue(name, "after")
+        await wait_until(lambda: consumer.stats.succeeded == 2, "a later job to complete")
+        consumer.cancel()
+        with anyio.fail_after(10):
+            await consumer.wait_stopped()
+
+    async def test_return_value_that_is_not_json_still_completes_the_job(
+        self, conformance: Conformance
+    ) -> None:
+        q, name = conformance.queue, conformance.name
+        await q.enqueue(name, "x")
+
+        async def handler(job: Job, ctx: JobContext) -> object:
+            return object()
+
+        result = await q.tick(name, handler)
+        assert (result.succeeded, result.failed) == (1, 0)
+        assert await conformance.size() == 0
+
+    async def test_handler_may_report_progress(self, conformance: Conformance) -> None:
+        q, name = conformance.queue, conformance.name
+        await q.enqueue(name, "x")
+        codes: list[str] = []
+
+        async def handler(job: Job, ctx: JobContext) -> None:
+            await ctx.progress(0)
+            await ctx.progress(42.5, data={"step": "copy"})
+            await ctx.progress(100)
+            for bad in (-1, 101, "50", True):
+                try:
+                    await ctx.progress(bad)  # type: ignore[arg-type]
+                except QueueError as exc:
+                    codes.append(exc.code)
+
+        result = await q.tick(name, handler)
+        assert result.succeeded == 1
+        assert codes == ["queue/bad-argument"] * 4

@@ -1,0 +1,119 @@
+"""SPEC §2 ``shutdown`` and §3.8: waiting for handlers, and releasing those past the deadline.
+
+A worker queue is started inside the test (``start`` and ``shutdown`` from the same task, as
+anyio requires); what it left behind is read through a second queue on the same store.
+"""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from blamequeue import Job, JobContext
+
+from .fixtures import SAFETY_NET, Conformance, wait_for, wait_until
+
+__all__ = ["TestShutdown"]
+
+POLL = 0.05
+
+
+@pytest.mark.anyio
+class TestShutdown:
+    async def test_shutdown_waits_for_running_handlers(self, conformance: Conformance) -> None:
+        name = conformance.name
+        started, release = anyio.Event(), anyio.Event()
+        finished: list[str] = []
+
+        async def slow(job: Job, ctx: JobContext) -> None:
+            started.set()
+            await release.wait()
+            finished.append(job.payload)
+
+        async with anyio.create_task_group() as tg:  # entered before the worker's own
+            worker = conformance.factory.build()
+            await worker.start()
+            try:
+                await worker.enqueue(name, "finish me")
+                consumer = await worker.consume(name, slow, poll_interval=POLL)
+                await wait_for(started, "the handler to start")
+
+                async def release_once_shutting_down() -> None:
+                    await wait_until(lambda: consumer.cancelled, "shutdown to stop the consumer")
+                    release.set()
+
+                tg.start_soon(release_once_shutting_down)
+                await worker.shutdown(timeout=SAFETY_NET)
+            finally:
+                await worker.shutdown()
+        assert finished == ["finish me"]
+        stats = consumer.stats
+        assert (stats.succeeded, stats.failed, stats.stale, stats.unsettled) == (1, 0, 0, 0)
+
+    async def test_shutdown_past_its_deadline_cancels_handlers_and_releases_their_jobs(
+        self, conformance: Conformance
+    ) -> None:
+        name = conformance.name
+        started = anyio.Event()
+        cancelled: list[int] = []
+
+        async def stuck(job: Job, ctx: JobContext) -> None:
+            started.set()
+            try:
+                await anyio.sleep_forever()
+            except anyio.get_cancelled_exc_class():
+                cancelled.append(job.attempts)
+                raise
+
+        async with conformance.factory.open() as observer:
+            worker = conformance.factory.build()
+            await worker.start()
+            try:
+                await conformance.require_shared_store(worker, observer)
+                # One attempt only: were the interruption counted as a failure, it would die.
+                await worker.enqueue(name, "interrupted", max_attempts=1)
+                consumer = await worker.consume(name, stuck, poll_interval=POLL)
+                await wait_for(started, "the handler to start")
+                await worker.shutdown(timeout=0)
+            finally:
+                await worker.shutdown()
+            assert cancelled == [1]
+            stats = consumer.stats
+            assert (stats.succeeded, stats.failed, stats.moved_to_dlq) == (0, 0, 0)
+            assert await observer.size(name) == 1
+            if conformance.capabilities.dlq:
+                assert await observer.dlq_size(name) == 0
+            seen: list[int] = []
+
+            async def record(job: Job, ctx: JobContext) -> None:
+                seen.append(job.attempts)
+
+            rerun = await observer.tick(name, record)  # no clock advance: released at once
+            assert rerun.succeeded == 1
+            assert seen == [1]  # the interrupted attempt was given back
+
+    async def test_shutdown_leaves_waiting_jobs_pending(self, conformance: Conformance) -> None:
+        name = conformance.name
+        started = anyio.Event()
+
+        async def stuck(job: Job, ctx: JobContext) -> None:
+            started.set()
+            await anyio.sleep_forever()
+
+        async with conformance.factory.open() as observer:
+            worker = conformance.factory.build()
+            await worker.start()
+            try:
+                await conformance.require_shared_store(worker, observer)
+                await worker.enqueue_many(name, ["running", "waiting", "waiting"])
+                await worker.consume(name, stuck, poll_interval=POLL)
+                await wait_for(started, "the handler to start")
+                await worker.shutdown(timeout=0)
+            finally:
+                await worker.shutdown()
+            assert await observer.size(name) == 3
+            assert (await observer.tick(name, _record_nothing, max=10)).leased == 3
+
+
+async def _record_nothing(job: Job, ctx: JobContext) -> None:
+    return None

@@ -1,0 +1,517 @@
+"""Protocol ``memory``: the whole backend contract in process memory, for test suites.
+
+Every transition happens under one lock with no ``await`` inside, so it is atomic with respect
+to other tasks and threads.  Time comes only from the ``now`` values the core passes (so a
+:class:`~blamequeue_testing.VirtualClock` drives it); the only waiting it does,
+:meth:`MemoryBackend.wait_for_work`, sleeps on the queue's clock.
+
+Leasing never scans the backlog.  Per queue, pending jobs sit in one of two heaps: *ready*
+(due, keyed ``(-priority, available_at, seq)``) and *delayed* (keyed ``(available_at, seq)``);
+a lease first moves the delayed jobs that have come due into the ready heap.  Heap entries are
+deleted lazily: each carries the job's version at push time, and any transition bumps the
+version, so an entry that no longer describes its job is skipped when it surfaces.  Inflight
+leases and retained ``done`` jobs have heaps of their own for the sweep.
+
+Options: ``namespace`` (optional string).  Backends built with the same namespace share one
+store, like several workers on one database; without it each backend has a private store.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import secrets
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
+
+import anyio
+import anyio.lowlevel
+
+from blamequeue.abc import (
+    Backend,
+    BackendContext,
+    Capabilities,
+    JobState,
+    Lease,
+    NewJob,
+    Settlement,
+    StoredJob,
+    SweepResult,
+)
+from blamequeue.errors import BadArgumentError, ConfigError
+
+__all__ = ["MemoryBackend"]
+
+_OPTIONS = frozenset({"namespace"})
+_LIVE: tuple[JobState, ...] = ("pending", "inflight", "parked")
+
+
+class _Row:
+    """One stored job (mutable; never handed out: callers get :class:`StoredJob` snapshots)."""
+
+    __slots__ = (
+        "attempts",
+        "available_at",
+        "classification",
+        "created_at",
+        "dead_order",
+        "expires_at",
+        "finished_at",
+        "flow_id",
+        "id",
+        "last_error",
+        "max_attempts",
+        "meta",
+        "payload",
+        "priority",
+        "queue",
+        "seq",
+        "state",
+        "token",
+        "trace_id",
+        "version",
+    )
+
+    def __init__(self, job: NewJob, seq: int) -> None:
+        self.id = job.id
+        self.queue = job.queue
+        self.state: JobState = "parked" if job.parked else "pending"
+        self.payload = job.payload
+        self.priority = job.priority
+        self.attempts = 0
+        self.max_attempts = job.max_attempts
+        self.created_at = job.created_at
+        self.available_at = job.available_at
+        self.classification = job.classification
+        self.trace_id = job.trace_id
+        self.last_error: str | None = None
+        self.meta = job.meta
+        self.flow_id = job.flow_id
+        self.finished_at: float | None = None
+        self.token: str | None = None
+        self.expires_at = 0.0
+        self.seq = seq  # enqueue order: the last tie-breaker of leasing order
+        self.dead_order = 0  # when it became dead: the tie-breaker of dlq_list
+        self.version = 0
+
+    def snapshot(self) -> StoredJob:
+        return StoredJob(
+            id=self.id,
+            queue=self.queue,
+            state=self.state,
+            payload=self.payload,
+            priority=self.priority,
+            attempts=self.attempts,
+            max_attempts=self.max_attempts,
+            created_at=self.created_at,
+            available_at=self.available_at,
+            classification=self.classification,
+            trace_id=self.trace_id,
+            last_error=self.last_error,
+            meta=self.meta,
+            flow_id=self.flow_id,
+            finished_at=self.finished_at,
+        )
+
+
+# Heap entries end with (version, row): the version makes them unique before the row is
+# reached, and lets a stale entry be recognised (row.version moved on).
+_ReadyEntry = tuple[int, float, int, int, _Row]  # (-priority, available_at, seq, version, row)
+_TimedEntry = tuple[float, int, int, _Row]  # (time, seq, version, row)
+
+
+class _QueueIndex:
+    __slots__ = ("counts", "delayed", "horizon", "ready", "rows")
+
+    def __init__(self) -> None:
+        self.rows: dict[str, _Row] = {}
+        self.counts: dict[JobState, int] = dict.fromkeys(
+            ("pending", "inflight", "done", "dead", "parked"), 0
+        )
+        self.ready: list[_ReadyEntry] = []
+        self.delayed: list[_TimedEntry] = []
+        # The latest ``now`` a lease has seen: a job due by then goes straight to ``ready``.
+        # A lease with an earlier ``now`` re-checks every entry it takes, so this only saves
+        # work, it never decides.
+        self.horizon = float("-inf")
+
+
+class _Store:
+    """The jobs of one backend, or of every backend sharing a namespace."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.jobs: dict[str, _Row] = {}
+        self.queues: dict[str, _QueueIndex] = {}
+        self.leases: list[_TimedEntry] = []  # inflight, keyed by expires_at
+        self.retained: list[_TimedEntry] = []  # done, keyed by finished_at
+        self.seq = itertools.count(1)
+        self.waiters: dict[str, set[anyio.Event]] = {}
+
+    def index(self, queue: str) -> _QueueIndex:
+        index = self.queues.get(queue)
+        if index is None:
+            index = self.queues[queue] = _QueueIndex()
+        return index
+
+    # -- transitions (caller holds the lock) --------------------------------------------------
+    def move(self, row: _Row, state: JobState) -> None:
+        counts = self.queues[row.queue].counts
+        counts[row.state] -= 1
+        counts[state] += 1
+        row.state = state
+        row.version += 1
+
+    def pend(self, row: _Row) -> None:
+        """File a row that is now ``pending`` (its version already bumped) in a heap."""
+        index = self.queues[row.queue]
+        if row.available_at <= index.horizon:
+            heapq.heappush(
+                index.ready, (-row.priority, row.available_at, row.seq, row.version, row)
+            )
+        else:
+            heapq.heappush(index.delayed, (row.available_at, row.seq, row.version, row))
+
+    def delete(self, row: _Row) -> None:
+        index = self.queues[row.queue]
+        index.counts[row.state] -= 1
+        del index.rows[row.id]
+        del self.jobs[row.id]
+        row.version += 1  # every heap entry of this row is now stale
+        row.token = None
+
+    def notify(self, queue: str) -> None:
+        waiters = self.waiters.pop(queue, None)
+        if waiters:
+            for event in waiters:
+                event.set()
+
+
+_namespaces: dict[str, _Store] = {}
+_namespaces_lock = threading.Lock()
+
+
+def _shared_store(namespace: str) -> _Store:
+    with _namespaces_lock:
+        store = _namespaces.get(namespace)
+        if store is None:
+            store = _namespaces[namespace] = _Store()
+        return store
+
+
+class MemoryBackend(Backend):
+    """The ``memory`` protocol: full blamequeue semantics (SPEC §3) in process memory.
+
+    Nothing survives the process.  ``{"protocol": "memory"}`` gives a private store per backend;
+    ``{"protocol": "memory", "namespace": "shop"}`` shares one store with every backend of this
+    process built with the same namespace (two ``Queue`` objects then act like two workers on
+    one database).  :meth:`forget_namespace` drops a shared store.
+    """
+
+    protocol: ClassVar[str] = "memory"
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        dlq=True, flows=False, native_lease=False, cross_process_wakeup=False
+    )
+
+    def __init__(self, options: Mapping[str, Any], context: BackendContext) -> None:
+        super().__init__(options, context)
+        unknown = sorted(set(self.options) - _OPTIONS)
+        if unknown:
+            raise ConfigError(
+                "queue/invalid-config",
+                f"backend {context.name!r} (protocol 'memory') does not take the option(s) "
+                f"{', '.join(map(repr, unknown))}; it takes only 'namespace' (optional string)",
+            )
+        namespace = self.options.get("namespace")
+        if namespace is None:
+            self._store = _Store()
+        elif isinstance(namespace, str) and namespace:
+            self._store = _shared_store(namespace)
+        else:
+            raise ConfigError(
+                "queue/invalid-config",
+                f"backend {context.name!r}: option 'namespace' must be a non-empty string, "
+                f"got {namespace!r}",
+            )
+        self.namespace: str | None = namespace
+
+    @staticmethod
+    def forget_namespace(namespace: str) -> None:
+        """Drop the shared store of ``namespace``; backends built later start empty."""
+        with _namespaces_lock:
+            _namespaces.pop(namespace, None)
+
+    # -- producing -------------------------------------------------------------------------
+    async def enqueue(self, jobs: Sequence[NewJob]) -> None:
+        await anyio.lowlevel.checkpoint()
+        store = self._store
+        with store.lock:
+            seen: set[str] = set()
+            for job in jobs:  # check everything first: all jobs or none
+                if job.id in store.jobs or job.id in seen:
+                    raise BadArgumentError(
+                        "queue/bad-argument", f"a job with id {job.id!r} already exists"
+                    )
+                seen.add(job.id)
+            queues: set[str] = set()
+            for job in jobs:
+                row = _Row(job, next(store.seq))
+                index = store.index(job.queue)
+                index.rows[row.id] = row
+                index.counts[row.state] += 1
+                store.jobs[row.id] = row
+                if row.state == "pending":
+                    store.pend(row)
+                    queues.add(row.queue)
+            for queue in queues:
+                store.notify(queue)
+
+    # -- consuming -------------------------------------------------------------------------
+    async def lease(
+        self, queue: str, *, limit: int, now: float, lease_seconds: float
+    ) -> list[Lease]:
+        await anyio.lowlevel.checkpoint()
+        store = self._store
+        with store.lock:
+            index = store.queues.get(queue)
+            if index is None or limit < 1:
+                return []
+            ready, delayed = index.ready, index.delayed
+            if now > index.horizon:
+                index.horizon = now
+            while delayed and delayed[0][0] <= now:
+                _, seq, version, row = heapq.heappop(delayed)
+                if row.version == version:
+                    heapq.heappush(ready, (-row.priority, row.available_at, seq, version, row))
+            token = secrets.token_hex(8)
+            expires_at = now + lease_seconds
+            counts = index.counts
+            leases: list[Lease] = []
+            while ready and len(leases) < limit:
+                _, available_at, seq, version, row = heapq.heappop(ready)
+                if row.version != version:
+                    continue
+                if available_at > now:  # a caller's clock went backwards: not due yet
+                    heapq.heappush(delayed, (available_at, seq, version, row))
+                    continue
+                counts["pending"] -= 1
+                counts["inflight"] += 1
+                row.state = "inflight"
+                row.attempts += 1
+                row.token = token
+                row.expires_at = expires_at
+                row.version += 1
+                heapq.heappush(store.leases, (expires_at, seq, row.version, row))
+                leases.append(Lease(job=row.snapshot(), token=token, expires_at=expires_at))
+            return leases
+
+    async def settle(self, settlements: Sequence[Settlement], *, now: float) -> list[bool]:
+        await anyio.lowlevel.checkpoint()
+        store = self._store
+        applied: list[bool] = []
+        with store.lock:
+            pended: set[str] = set()
+            for item in settlements:
+                row = store.jobs.get(item.job_id)
+                if row is None or row.state != "inflight" or row.token != item.token:
+                    applied.append(False)
+                    continue
+                row.token = None
+                outcome = item.outcome
+                if outcome == "done":
+                    row.finished_at = item.at
+                    if item.keep:
+                        store.move(row, "done")
+                        heapq.heappush(store.retained, (item.at, row.seq, row.version, row))
+                    else:
+                        store.delete(row)
+                elif outcome == "dead":
+                    row.finished_at = item.at
+                    row.last_error = item.error
+                    row.dead_order = next(store.seq)
+                    store.move(row, "dead")
+                elif outcome in ("retry", "release"):
+                    if outcome == "release":
+                        row.attempts = max(0, row.attempts - 1)
+                        if item.error is not None:
+                            row.last_error = item.error
+                    else:
+                        row.last_error = item.error
+                    row.available_at = item.at
+                    store.move(row, "pending")
+                    store.pend(row)
+                    pended.add(row.queue)
+                else:
+                    raise BadArgumentError(
+                        "queue/bad-argument", f"unknown settlement outcome {outcome!r}"
+                    )
+                applied.append(True)
+            for queue in pended:
+                store.notify(queue)
+        return applied
+
+    async def extend(self, leases: Sequence[tuple[str, str]], *, expires_at: float) -> list[bool]:
+        await anyio.lowlevel.checkpoint()
+        store = self._store
+        held: list[bool] = []
+        with store.lock:
+            for job_id, token in leases:
+                row = store.jobs.get(job_id)
+                if row is None or row.state != "inflight" or row.token != token:
+                    held.append(False)
+                    continue
+                row.expires_at = expires_at
+                row.version += 1
+                heapq.heappush(store.leases, (expires_at, row.seq, row.version, row))
+                held.append(True)
+        return held
+
+    async def sweep(self, *, now: float, retain_done: float, expired_error: str) -> SweepResult:
+        await anyio.lowlevel.checkpoint()
+        store = self._store
+        repended = 0
+        dead: list[StoredJob] = []
+        pruned = 0
+        with store.lock:
+            leases = store.leases
+            pended: set[str] = set()
+            while leases and leases[0][0] <= now:
+                _, _, version, row = heapq.heappop(leases)
+                if row.version != version:
+                    continue
+                row.token = None
+                if row.attempts < row.max_attempts:
+                    row.available_at = now
+                    store.move(row, "pending")
+                    store.pend(row)
+                    pended.add(row.queue)
+                    repended += 1
+                else:
+                    row.last_error = expired_error
+                    row.finished_at = now
+                    row.dead_order = next(store.seq)
+                    store.move(row, "dead")
+                    dead.append(row.snapshot())
+            cutoff = now - retain_done
+            retained = store.retained
+            while retained and retained[0][0] < cutoff:
+                _, _, version, row = heapq.heappop(retained)
+                if row.version == version:
+                    store.delete(row)
+                    pruned += 1
+            for queue in pended:
+                store.notify(queue)
+        return SweepResult(repended=repended, dead=dead, pruned=pruned)
+
+    async def wait_for_work(self, queue: str, *, timeout: float) -> None:
+        """Return after ``timeout`` seconds **of the queue's clock**, or earlier when a job of
+        ``queue`` becomes pending in this store (also through another backend sharing the
+        namespace).  With a :class:`~blamequeue_testing.VirtualClock` the wait ends when a test
+        advances the clock past it."""
+        event = anyio.Event()
+        waiters = self._store.waiters.setdefault(queue, set())
+        waiters.add(event)
+
+        async def time_out() -> None:
+            await self.context.clock.sleep(timeout)
+            event.set()
+
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(time_out)
+                await event.wait()
+                tg.cancel_scope.cancel()
+        finally:
+            waiters.discard(event)
+
+    # -- inspecting and operating ---------------------------------------------------------
+    async def size(self, queue: str) -> int:
+        await anyio.lowlevel.checkpoint()
+        index = self._store.queues.get(queue)
+        if index is None:
+            return 0
+        counts = index.counts
+        return counts["pending"] + counts["inflight"] + counts["parked"]
+
+    async def purge(self, queue: str) -> int:
+        await anyio.lowlevel.checkpoint()
+        store = self._store
+        with store.lock:
+            index = store.queues.get(queue)
+            if index is None:
+                return 0
+            deleted = 0
+            for row in list(index.rows.values()):
+                if row.state in _LIVE:
+                    deleted += 1
+                    store.delete(row)
+                elif row.state == "done":
+                    store.delete(row)
+            index.ready.clear()
+            index.delayed.clear()
+            return deleted
+
+    async def dlq_list(self, queue: str, *, limit: int | None) -> list[StoredJob]:
+        await anyio.lowlevel.checkpoint()
+        store = self._store
+        with store.lock:
+            index = store.queues.get(queue)
+            if index is None:
+                return []
+            rows = [row for row in index.rows.values() if row.state == "dead"]
+            rows.sort(key=lambda row: (row.finished_at or 0.0, row.dead_order), reverse=True)
+            if limit is not None:
+                rows = rows[: max(0, limit)]
+            return [row.snapshot() for row in rows]
+
+    async def dlq_retry(self, job_id: str, *, now: float) -> StoredJob | None:
+        await anyio.lowlevel.checkpoint()
+        store = self._store
+        with store.lock:
+            row = store.jobs.get(job_id)
+            if row is None or row.state != "dead":
+                return None
+            before = row.snapshot()
+            row.attempts = 0
+            row.available_at = now
+            row.finished_at = None
+            store.move(row, "pending")
+            store.pend(row)
+            store.notify(row.queue)
+            return before
+
+    async def dlq_size(self, queue: str) -> int:
+        await anyio.lowlevel.checkpoint()
+        index = self._store.queues.get(queue)
+        return 0 if index is None else index.counts["dead"]
+
+    async def dlq_purge(self, queue: str) -> int:
+        await anyio.lowlevel.checkpoint()
+        store = self._store
+        with store.lock:
+            index = store.queues.get(queue)
+            if index is None:
+                return 0
+            dead = [row for row in index.rows.values() if row.state == "dead"]
+            for row in dead:
+                store.delete(row)
+            return len(dead)
+
+    # -- extras for tests (not part of the backend contract) --------------------------------
+    async def get_job(self, job_id: str) -> StoredJob | None:
+        """The job with ``job_id`` in any state, or ``None``."""
+        await anyio.lowlevel.checkpoint()
+        with self._store.lock:
+            row = self._store.jobs.get(job_id)
+            return None if row is None else row.snapshot()
+
+    async def list_jobs(self, queue: str, *, state: JobState | None = None) -> list[StoredJob]:
+        """The jobs of ``queue`` (optionally only those in ``state``), in enqueue order."""
+        await anyio.lowlevel.checkpoint()
+        with self._store.lock:
+            index = self._store.queues.get(queue)
+            if index is None:
+                return []
+            rows = sorted(index.rows.values(), key=lambda row: row.seq)
+            return [row.snapshot() for row in rows if state is None or row.state == state]

@@ -1,0 +1,98 @@
+# ruff: noqa: E402 - the suite is imported after registering it for assert rewriting
+"""The backend conformance suite: every semantic of SPEC §3 as tests, for any backend.
+
+A backend author validates a backend by writing, in a test module of their own::
+
+    import pytest
+    from blamequeue_testing.conformance import *
+
+    @pytest.fixture
+    def bq_backend_config():
+        return {"protocol": "mystore", "url": "..."}
+
+Every test runs on asyncio and on trio (the ``anyio_backend`` fixture exported here is
+parametrised over both; never pin it), drives the backend through the public ``Queue`` API with a
+:class:`~blamequeue_testing.VirtualClock`, and skips, saying why, what the backend's declared
+capabilities exclude.  Each test uses a queue name of its own, so a store shared between tests
+(one Redis server) is fine.  A few tests look at the store through a second ``Queue`` built from
+the same config after the first one shut down; they skip unless the two share one store (true of
+every durable backend; protocol ``memory`` needs a ``namespace``).
+
+Fixtures exported: ``anyio_backend``, ``conformance_clock`` (the virtual clock),
+``conformance_audit`` (an :class:`AuditRecorder` of every audit event), ``conformance_queue``
+(``Queue(backends={"conf": bq_backend_config}, clock=conformance_clock, sweep_interval=0)``,
+started, shut down after the test), ``conformance_queue_factory`` (more queues on the same
+backend) and ``conformance`` (all of them plus the test's queue name and the capabilities).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+# The tests live in a private package; let pytest rewrite their asserts for readable failures.
+pytest.register_assert_rewrite("blamequeue_testing._conformance")
+
+from ._conformance.arguments import TestBadInput, TestLifecycleErrors
+from ._conformance.audit import TestAudit
+from ._conformance.backends import TestBackendStatus
+from ._conformance.backoff import TestBackoff
+from ._conformance.consume import TestConsume, TestConsumerConcurrency, TestRateLimit
+from ._conformance.dead_letters import TestDeadLetterQueue, TestWithoutDeadLetterQueue
+from ._conformance.fixtures import (
+    AuditRecorder,
+    Conformance,
+    anyio_backend,
+    conformance,
+    conformance_audit,
+    conformance_clock,
+    conformance_queue,
+    conformance_queue_factory,
+)
+from ._conformance.handlers import TestHandlers
+from ._conformance.leases import (
+    TestExtendLease,
+    TestHeartbeat,
+    TestLeaseFence,
+    TestSweep,
+)
+from ._conformance.lifecycle import TestEnqueue, TestLifecycle
+from ._conformance.ordering import TestDelay, TestOrdering
+from ._conformance.retention import TestRetention
+from ._conformance.shutdown import TestShutdown
+from ._conformance.size_and_purge import TestPurge, TestSize
+from ._conformance.tick import TestTick
+
+__all__ = [
+    "AuditRecorder",
+    "Conformance",
+    "TestAudit",
+    "TestBackendStatus",
+    "TestBackoff",
+    "TestBadInput",
+    "TestConsume",
+    "TestConsumerConcurrency",
+    "TestDeadLetterQueue",
+    "TestDelay",
+    "TestEnqueue",
+    "TestExtendLease",
+    "TestHandlers",
+    "TestHeartbeat",
+    "TestLeaseFence",
+    "TestLifecycle",
+    "TestLifecycleErrors",
+    "TestOrdering",
+    "TestPurge",
+    "TestRateLimit",
+    "TestRetention",
+    "TestShutdown",
+    "TestSize",
+    "TestSweep",
+    "TestTick",
+    "TestWithoutDeadLetterQueue",
+    "anyio_backend",
+    "conformance",
+    "conformance_audit",
+    "conformance_clock",
+    "conformance_queue",
+    "conformance_queue_factory",
+]

@@ -1,0 +1,92 @@
+"""``blamequeue bench``: the SPEC §13 numbers, as JSON for scripts and a table for people.
+Speeds are never asserted: they belong to the machine."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+RunCli = Callable[..., subprocess.CompletedProcess[str]]
+
+TOP_KEYS = {
+    "blamequeue",
+    "python",
+    "platform",
+    "backend",
+    "loop",
+    "jobs",
+    "concurrency",
+    "enqueue",
+    "enqueue_many",
+    "processed",
+    "latency",
+    "backlog",
+    "peak_rss_mib",
+}
+
+
+def test_bench_json_on_memory_has_every_measurement(run_cli: RunCli) -> None:
+    result = run_cli("bench", "--backend", "memory", "--jobs", "2000", "--json")
+
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert set(report) == TOP_KEYS
+    assert report["backend"] == "memory"
+    assert report["jobs"] == 2000
+    assert report["enqueue"]["jobs"] == 2000
+    assert report["enqueue_many"]["jobs"] == 2000
+    assert report["processed"]["jobs"] == 2000
+    for section in ("enqueue", "enqueue_many", "processed"):
+        assert report[section]["jobs_per_s"] > 0
+    assert report["latency"]["samples"] == 200
+    assert 0 < report["latency"]["p50_ms"] <= report["latency"]["p99_ms"]
+    assert report["peak_rss_mib"] > 0
+    assert report["backlog"] == []
+
+
+def test_bench_on_local_with_a_backlog_on_trio(run_cli: RunCli, tmp_path: Path) -> None:
+    db = tmp_path / "bench.db"
+    result = run_cli(
+        "bench",
+        "--backend",
+        "local",
+        "--loop",
+        "trio",
+        "--jobs",
+        "300",
+        "--samples",
+        "20",
+        "--backlog",
+        "100",
+        "500",
+        "--path",
+        str(db),
+        "--json",
+    )
+
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert (report["backend"], report["loop"]) == ("local", "trio")
+    assert [(b["pending"], b["jobs"]) for b in report["backlog"]] == [(100, 100), (500, 300)]
+    assert db.exists()  # --path is kept
+
+
+def test_bench_prints_a_table_for_people(run_cli: RunCli) -> None:
+    result = run_cli("bench", "--backend", "memory", "--jobs", "200", "--samples", "10")
+
+    assert result.returncode == 0, result.stderr
+    for metric in ("enqueue", "enqueue_many", "processed", "latency p50", "latency p99", "RSS"):
+        assert metric in result.stdout
+    assert "jobs/s" in result.stdout
+
+
+def test_bench_refuses_an_existing_database(run_cli: RunCli, tmp_path: Path) -> None:
+    db = tmp_path / "app.db"
+    db.write_text("")
+
+    result = run_cli("bench", "--path", str(db))
+
+    assert result.returncode == 2
+    assert "already exists" in result.stderr
