@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 from collections import deque
 from collections.abc import Awaitable, Callable
 
 import anyio
 import attrs
-from anyio.abc import TaskGroup
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from ._execution import Attempt, Handler, SettleCounts, release, run_attempt, settle
 from ._models import RateLimit
@@ -133,16 +134,21 @@ class Consumer:
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
         try:
-            async with anyio.create_task_group() as tg:
+            # A fixed pool of `concurrency` workers fed through a stream: spawning a task per job
+            # costs more than a no-op handler does.
+            send, receive = anyio.create_memory_object_stream[Attempt](math.inf)
+            async with anyio.create_task_group() as tg, send, receive:
                 tg.start_soon(self._settle_loop)
                 if self._heartbeat:
                     tg.start_soon(self._heartbeat_loop)
+                for _ in range(self.concurrency):
+                    tg.start_soon(self._worker, receive)
                 with anyio.CancelScope() as scope:
                     self._lease_scope = scope
                     if self._cancelled:
                         scope.cancel()
                     task_status.started()
-                    await self._lease_loop(tg)
+                    await self._lease_loop(send)
                 while self._held > 0:
                     await self._capacity_changed.wait()
                 tg.cancel_scope.cancel()
@@ -154,7 +160,11 @@ class Consumer:
             self._cancelled = True
             self._stopped.set()
 
-    async def _lease_loop(self, tg: TaskGroup) -> None:
+    async def _worker(self, receive: MemoryObjectReceiveStream[Attempt]) -> None:
+        async for attempt in receive:
+            await self._execute(attempt)
+
+    async def _lease_loop(self, send: MemoryObjectSendStream[Attempt]) -> None:
         runtime = self._runtime
         backend = runtime.backend
         clock = runtime.clock
@@ -165,6 +175,7 @@ class Consumer:
                 continue
             limit = await self._allowance(free)
             wake = runtime.wake_event(self.queue_name)
+            asked_at = clock.now()
             try:
                 leases = await runtime.call(
                     "lease",
@@ -172,7 +183,7 @@ class Consumer:
                         backend.lease,
                         self.queue_name,
                         limit=limit,
-                        now=clock.now(),
+                        now=asked_at,
                         lease_seconds=self.lease,
                     ),
                 )
@@ -188,11 +199,11 @@ class Consumer:
                     exc,
                     delay,
                 )
-                await self._idle(wake, delay)
+                await self._idle(wake, asked_at, delay)
                 continue
             self._lease_errors = 0
             if not leases:
-                await self._idle(wake, self._poll_interval)
+                await self._idle(wake, asked_at, self._poll_interval)
                 continue
             now = clock.now()
             for lease in leases:
@@ -200,10 +211,10 @@ class Consumer:
                 self.stats.leased += 1
                 if self._rate_limit is not None:
                     self._starts.append(now)
-                tg.start_soon(self._execute, Attempt.start(lease))
+                send.send_nowait(Attempt.start(lease))
             if len(leases) < limit:
                 # The queue looked drained; give producers a moment (an enqueue here wakes us).
-                await self._idle(wake, self._fast_poll)
+                await self._idle(wake, asked_at, self._fast_poll)
             else:
                 await anyio.lowlevel.checkpoint()
 
@@ -222,10 +233,21 @@ class Consumer:
                 return min(free, allowed)
             await clock.sleep(self._starts[0] + limit.per_seconds - now)
 
-    async def _idle(self, wake: anyio.Event, timeout: float) -> None:
+    async def _idle(self, wake: anyio.Event, asked_at: float, timeout: float) -> None:
+        """Wait ``timeout`` after the lease asked at ``asked_at``, or less if work may be due.
+
+        Measured from ``asked_at``, not from now: if the clock moved while the empty lease was
+        in flight (a virtual clock advanced by a test, a slow round trip), jobs that became due
+        meanwhile are leased at once instead of one poll later.
+        """
         if wake.is_set():
             return
         runtime = self._runtime
+        remaining = asked_at + timeout - runtime.clock.now()
+        if remaining <= 0:
+            await anyio.lowlevel.checkpoint()
+            return
+        timeout = remaining
         # Whichever comes first: a same-process enqueue, the poll interval on the queue's clock,
         # or the backend's own wait (real time by default, so a virtual clock that nobody
         # advances never parks a consumer for ever; early when another process enqueues).

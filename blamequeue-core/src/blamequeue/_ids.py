@@ -6,24 +6,27 @@ strictly increasing (the random part is incremented), so enqueue order is also i
 
 from __future__ import annotations
 
+import base64
 import os
 import threading
 import time
 
 __all__ = ["new_job_id", "new_id"]
 
-_ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+# base64's RFC 4648 base32 alphabet, mapped onto Crockford's (no I, L, O, U).
+_TO_CROCKFORD = str.maketrans(
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+)
 _lock = threading.Lock()
 _last_ms = -1
 _last_rand = 0
 
 
 def _encode(value: int) -> str:
-    chars = []
-    for _ in range(26):
-        chars.append(_ALPHABET[value & 31])
-        value >>= 5
-    return "".join(reversed(chars))
+    # 130 bits fit 26 base32 digits; pad to 160 bits (20 bytes) so base64 does the work in C.
+    return base64.b32encode(value.to_bytes(20, "big")).decode("ascii")[6:].translate(
+        _TO_CROCKFORD
+    )
 
 
 def new_id() -> str:
