@@ -87,6 +87,8 @@ class Capabilities:
     * ``priority`` / ``delay``: honours ``priority`` and ``available_at``.
     * ``cross_process_wakeup``: :meth:`Backend.wait_for_work` returns early when another
       process enqueues.
+    * ``requires_seal_key``: payloads leave the process (a shared server), so the queue refuses
+      to start without a seal key unless sealing is explicitly off (``seal=False``).
     * ``async_libraries``: the event loops it runs on.
     """
 
@@ -96,6 +98,7 @@ class Capabilities:
     priority: bool = True
     delay: bool = True
     cross_process_wakeup: bool = False
+    requires_seal_key: bool = False
     async_libraries: frozenset[str] = frozenset({"asyncio", "trio"})
 
 
@@ -123,7 +126,10 @@ class NewJob:
     trace_id: str | None = None
     meta: str | None = None
     flow_id: str | None = None
+    depends_on: tuple[str, ...] = ()
+    """Ids of jobs (of the same flow) that must be ``done`` before this one may run."""
     parked: bool = False
+    """Store as ``parked`` instead of ``pending``: it waits for ``depends_on``."""
 
 
 @attrs.frozen(kw_only=True)
@@ -144,6 +150,7 @@ class StoredJob:
     last_error: str | None = None
     meta: str | None = None
     flow_id: str | None = None
+    depends_on: tuple[str, ...] = ()
     finished_at: float | None = None
     """When the job became ``done`` or ``dead``."""
 
@@ -163,7 +170,9 @@ class Settlement:
     """The outcome of one attempt, to apply if and only if ``token`` still owns the job.
 
     * ``done``: the job is finished at ``at``; kept as ``done`` when ``keep`` is true (retention),
-      else deleted at once.
+      else deleted at once.  In the same atomic step, every ``parked`` job whose
+      ``depends_on`` are now all ``done`` (or gone: deleted done jobs count as done) becomes
+      ``pending``, due at ``at`` (flows; only backends with ``Capabilities.flows``).
     * ``retry``: back to ``pending``, due at ``at``, with ``error`` as its last error.
     * ``dead``: to the dead-letter queue, ``finished_at = at``, with ``error``.
     * ``release``: back to ``pending`` due at ``at`` with the attempt given back
@@ -184,6 +193,8 @@ class SweepResult:
 
     repended: int = 0
     """Expired leases put back to ``pending``, due at once."""
+    expired: Sequence[StoredJob] = ()
+    """The jobs counted in ``repended``, when the backend can tell (for audit events)."""
     dead: Sequence[StoredJob] = ()
     """Expired leases whose attempts were exhausted, now ``dead`` (for audit events)."""
     pruned: int = 0
@@ -309,3 +320,16 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     async def dlq_purge(self, queue: str) -> int:
         """Delete the ``dead`` jobs of ``queue``; return how many."""
+
+    # -- flows (only with Capabilities.flows) ------------------------------------------------
+    async def flow_jobs(self, flow_id: str) -> list[StoredJob]:
+        """Every job still stored with this ``flow_id``, in enqueue order.
+
+        Backends without ``Capabilities.flows`` keep this default, which refuses.
+        """
+        from .errors import UnsupportedError
+
+        raise UnsupportedError(
+            "queue/flow-unsupported",
+            f"protocol {self.protocol!r} cannot park and release flow children",
+        )
