@@ -11,13 +11,11 @@ from __future__ import annotations
 
 import functools
 import logging
-import math
 from collections import deque
 from collections.abc import Awaitable, Callable
 
 import anyio
 import attrs
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from ._execution import Attempt, Handler, SettleCounts, release, run_attempt, settle
 from ._models import RateLimit
@@ -32,24 +30,14 @@ _MAX_ERROR_BACKOFF = 30.0
 
 
 @attrs.define
-class ConsumerStats:
-    """Running totals of one consumer."""
+class ConsumerStats(SettleCounts):
+    """Running totals of one consumer: the settlement counts, plus jobs leased."""
 
     leased: int = 0
-    succeeded: int = 0
-    failed: int = 0
-    stale: int = 0
-    unsettled: int = 0
-    moved_to_dlq: int = 0
-    released: int = 0
 
     def add(self, counts: SettleCounts) -> None:
-        self.succeeded += counts.succeeded
-        self.failed += counts.failed
-        self.stale += counts.stale
-        self.unsettled += counts.unsettled
-        self.moved_to_dlq += counts.moved_to_dlq
-        self.released += counts.released
+        for field in attrs.fields(SettleCounts):
+            setattr(self, field.name, getattr(self, field.name) + getattr(counts, field.name))
 
 
 class Consumer:
@@ -85,6 +73,8 @@ class Consumer:
         self._settle_wanted = anyio.Event()
         self._capacity_changed = anyio.Event()
         self._starts: deque[float] = deque()
+        self._ready: deque[Attempt] = deque()
+        self._ready_event = anyio.Event()
         self._lease_scope: anyio.CancelScope | None = None
         self._cancelled = False
         self._aborting = False
@@ -134,21 +124,20 @@ class Consumer:
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
         try:
-            # A fixed pool of `concurrency` workers fed through a stream: spawning a task per job
-            # costs more than a no-op handler does.
-            send, receive = anyio.create_memory_object_stream[Attempt](math.inf)
-            async with anyio.create_task_group() as tg, send, receive:
+            # A fixed pool of `concurrency` workers takes leased jobs from a deque: spawning a
+            # task per job, or a stream receive per job, costs more than a no-op handler does.
+            async with anyio.create_task_group() as tg:
                 tg.start_soon(self._settle_loop)
                 if self._heartbeat:
                     tg.start_soon(self._heartbeat_loop)
                 for _ in range(self.concurrency):
-                    tg.start_soon(self._worker, receive)
+                    tg.start_soon(self._worker)
                 with anyio.CancelScope() as scope:
                     self._lease_scope = scope
                     if self._cancelled:
                         scope.cancel()
                     task_status.started()
-                    await self._lease_loop(send)
+                    await self._lease_loop()
                 while self._held > 0:
                     await self._capacity_changed.wait()
                 tg.cancel_scope.cancel()
@@ -160,11 +149,19 @@ class Consumer:
             self._cancelled = True
             self._stopped.set()
 
-    async def _worker(self, receive: MemoryObjectReceiveStream[Attempt]) -> None:
-        async for attempt in receive:
-            await self._execute(attempt)
+    async def _worker(self) -> None:
+        ready = self._ready
+        while True:
+            while ready:
+                await self._execute(ready.popleft())
+            await self._ready_event.wait()
 
-    async def _lease_loop(self, send: MemoryObjectSendStream[Attempt]) -> None:
+    def _dispatch(self, attempts: list[Attempt]) -> None:
+        self._ready.extend(attempts)
+        self._ready_event.set()
+        self._ready_event = anyio.Event()
+
+    async def _lease_loop(self) -> None:
         runtime = self._runtime
         backend = runtime.backend
         clock = runtime.clock
@@ -205,13 +202,11 @@ class Consumer:
             if not leases:
                 await self._idle(wake, asked_at, self._poll_interval)
                 continue
-            now = clock.now()
-            for lease in leases:
-                self._held += 1
-                self.stats.leased += 1
-                if self._rate_limit is not None:
-                    self._starts.append(now)
-                send.send_nowait(Attempt.start(lease))
+            self._held += len(leases)
+            self.stats.leased += len(leases)
+            if self._rate_limit is not None:
+                self._starts.extend([clock.now()] * len(leases))
+            self._dispatch([Attempt.start(lease) for lease in leases])
             if len(leases) < limit:
                 # The queue looked drained; give producers a moment (an enqueue here wakes us).
                 await self._idle(wake, asked_at, self._fast_poll)

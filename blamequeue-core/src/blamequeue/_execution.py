@@ -192,6 +192,8 @@ def _is_async(handler: Handler) -> bool:
 
 @attrs.define
 class SettleCounts:
+    """How the settlements of a batch ended; each job counts once."""
+
     succeeded: int = 0
     failed: int = 0
     stale: int = 0
