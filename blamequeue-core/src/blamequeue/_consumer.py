@@ -113,7 +113,9 @@ class Consumer:
 
     # -- used by Queue.shutdown ----------------------------------------------------------------
     def abort(self) -> None:
-        """Cancel running handlers; their jobs are released back to pending at once."""
+        """Stop leasing and cancel running handlers now; their jobs are released back to
+        pending at once with the interrupted attempt given back.  ``Queue.shutdown`` does this
+        to the handlers still running at its deadline."""
         self.cancel()
         self._aborting = True
         for _attempt, scope in list(self._running.values()):

@@ -104,13 +104,27 @@ class Attempt:
         return self.lease.job
 
 
-def failure(runtime: BackendRuntime, attempt: Attempt, message: str) -> Settlement:
+def failure(
+    runtime: BackendRuntime, attempt: Attempt, message: str, exc: BaseException | None = None
+) -> Settlement:
     """Retry with backoff while attempts remain, else dead-letter."""
     stored = attempt.job
     now = runtime.clock.now()
     error = runtime.codec.encode_error(message)
     attempt.error = message
-    if stored.attempts < stored.max_attempts:
+    retrying = stored.attempts < stored.max_attempts
+    # The job records the error; the operator watching the worker should see it too.
+    log.warning(
+        "job %s on %r failed (attempt %d of %d), %s: %s",
+        stored.id,
+        stored.queue,
+        stored.attempts,
+        stored.max_attempts,
+        "it will be retried" if retrying else "it goes to the dead-letter queue",
+        message.split("\n", 1)[0],
+        exc_info=exc,
+    )
+    if retrying:
         meta = _meta(stored)
         backoff = runtime.backoff
         if "backoff" in meta:
@@ -171,7 +185,7 @@ async def run_attempt(runtime: BackendRuntime, attempt: Attempt, handler: Handle
     except anyio.get_cancelled_exc_class():
         raise
     except BaseException as exc:
-        return failure(runtime, attempt, describe_error(exc))
+        return failure(runtime, attempt, describe_error(exc), exc)
     return Settlement(
         job_id=attempt.job.id,
         token=attempt.lease.token,
@@ -240,6 +254,9 @@ async def settle(
             continue
         if outcome == "done":
             counts.succeeded += 1
+            if a.job.flow_id is not None:
+                # Its completion may have released parked siblings: wake idle consumers.
+                runtime.notify(a.job.queue)
             continue
         counts.failed += 1
         if outcome == "dead":

@@ -21,8 +21,8 @@ from urllib.parse import urlsplit
 
 import anyio
 
-from blamequeue import Consumer, Job, Queue, __version__
-from blamequeue._execution import Handler, _is_async
+from blamequeue import Consumer, Queue, __version__
+from blamequeue._execution import Handler
 
 from ._running import (
     EXIT_INTERRUPTED,
@@ -207,60 +207,6 @@ def load_handler(target: str, app_dir: str = ".") -> Handler:
     return handler
 
 
-def _log_failure(job: Job, exc: Exception) -> None:
-    if job.attempts < job.max_attempts:
-        fate = "it will be retried"
-    else:
-        fate = "it goes to the dead-letter queue"
-    log.warning(
-        "job %s on %r failed (attempt %d of %d), %s: %s: %s",
-        job.id,
-        job.queue,
-        job.attempts,
-        job.max_attempts,
-        fate,
-        type(exc).__name__,
-        exc,
-        exc_info=exc,
-    )
-
-
-def _observed(handler: Handler) -> Handler:
-    """The handler, logging each failure (the engine records it in the job; the operator
-    watching the worker should see it too).  Keeps sync handlers sync (they run in a thread)."""
-    if _is_async(handler):
-
-        @functools.wraps(handler)
-        async def run_async(job: Job, ctx: Any) -> Any:
-            started = time.perf_counter()
-            try:
-                result = await handler(job, ctx)
-            except Exception as exc:
-                _log_failure(job, exc)
-                raise
-            log.debug("job %s on %r done in %.1f ms", job.id, job.queue, _ms(started))
-            return result
-
-        return run_async
-
-    @functools.wraps(handler)
-    def run_sync(job: Job, ctx: Any) -> Any:
-        started = time.perf_counter()
-        try:
-            result = handler(job, ctx)
-        except Exception as exc:
-            _log_failure(job, exc)
-            raise
-        log.debug("job %s on %r done in %.1f ms", job.id, job.queue, _ms(started))
-        return result
-
-    return run_sync
-
-
-def _ms(started: float) -> float:
-    return (time.perf_counter() - started) * 1000
-
-
 # -- the queue ----------------------------------------------------------------------------------
 def _backend_config(text: str) -> dict[str, Any]:
     source = "--backend-config"
@@ -402,7 +348,7 @@ async def _serve(args: argparse.Namespace, queue: Queue, handler: Handler) -> in
 
 
 def run(args: argparse.Namespace) -> int:
-    handler = _observed(load_handler(args.target, args.app_dir))
+    handler = load_handler(args.target, args.app_dir)
     queue = build_queue(args)
     serve: Callable[[], Any] = functools.partial(_serve, args, queue, handler)
     code: int = run_on_loop(serve, args.loop)
