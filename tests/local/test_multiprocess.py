@@ -80,7 +80,8 @@ async def test_a_sigkilled_workers_job_is_run_by_another_worker_after_one_lease(
 
     worker = start_worker(db, "crash", marker, "hang")
     try:
-        wait_for(marker.exists, 30, "the worker to start the job")
+        # The file appears before its content: wait for the job id itself.
+        wait_for(lambda: marker.exists() and marker.read_text(), 30, "the worker to start the job")
         leased_at = time.time()
         os.kill(worker.pid, signal.SIGKILL)
         worker.wait(timeout=10)
