@@ -42,7 +42,7 @@ def test_capabilities_cover_dlq_wakeup_and_both_event_loops() -> None:
     assert LocalBackend.protocol == "local"
     assert caps.dlq
     assert caps.cross_process_wakeup
-    assert not caps.flows
+    assert caps.flows
     assert caps.async_libraries == frozenset({"asyncio", "trio"})
 
 

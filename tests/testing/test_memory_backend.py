@@ -81,7 +81,7 @@ def test_protocol_and_capabilities() -> None:
     backend = make_backend()
     assert backend.protocol == "memory"
     assert backend.capabilities.dlq is True
-    assert backend.capabilities.flows is False
+    assert backend.capabilities.flows is True
     assert backend.capabilities.cross_process_wakeup is False
     assert backend.capabilities.async_libraries == frozenset({"asyncio", "trio"})
     assert backend.store_path is None
@@ -670,3 +670,68 @@ async def test_random_operations_match_a_naive_reference() -> None:
         assert await backend.size("q") == sum(
             1 for m in model.values() if m["state"] in ("pending", "inflight")
         )
+
+
+# -- flows ----------------------------------------------------------------------------------------
+def flow_job(id: str, *depends_on: str, flow_id: str = "flow-1") -> NewJob:
+    return NewJob(
+        id=id,
+        queue="q",
+        payload="null",
+        priority=0,
+        max_attempts=1,
+        created_at=T0,
+        available_at=T0,
+        flow_id=flow_id,
+        depends_on=depends_on,
+        parked=bool(depends_on),
+    )
+
+
+async def complete(backend: MemoryBackend, *, at: float, keep: bool = True) -> list[str]:
+    leases = await backend.lease("q", limit=100, now=at, lease_seconds=30)
+    settlements = [
+        Settlement(job_id=lease.job.id, token=lease.token, outcome="done", at=at, keep=keep)
+        for lease in leases
+    ]
+    assert await backend.settle(settlements, now=at) == [True] * len(leases)
+    return [lease.job.id for lease in leases]
+
+
+async def test_parked_jobs_are_released_due_at_the_completion(namespace: str) -> None:
+    backend = make_backend(namespace=namespace)
+    await backend.enqueue([flow_job("a"), flow_job("b", "a"), flow_job("c", "a", "b")])
+    assert await complete(backend, at=T0 + 3) == ["a"]
+    b = await state_of(backend, "b")
+    assert (b.state, b.available_at, b.depends_on) == ("pending", T0 + 3, ("a",))
+    assert (await state_of(backend, "c")).state == "parked"
+    assert await complete(backend, at=T0 + 4) == ["b"]
+    assert await complete(backend, at=T0 + 4) == ["c"]
+
+
+async def test_flow_indexes_empty_once_the_flow_is_gone() -> None:
+    backend = make_backend()
+    await backend.enqueue([flow_job("a"), flow_job("b", "a"), flow_job("c", "a", "b")])
+    for _ in range(3):
+        await complete(backend, at=T0, keep=False)
+    assert await backend.flow_jobs("flow-1") == []
+    assert backend._store.dependants == {}
+    assert backend._store.flows == {}
+
+
+async def test_purge_drops_the_flow_indexes() -> None:
+    backend = make_backend()
+    await backend.enqueue([flow_job("a"), flow_job("b", "a")])
+    assert await backend.purge("q") == 2
+    assert backend._store.dependants == {}
+    assert backend._store.flows == {}
+
+
+async def test_sweep_reports_the_jobs_it_repended() -> None:
+    backend = make_backend()
+    await backend.enqueue([job(id="x"), job(id="y", max_attempts=1)])
+    await backend.lease("q", limit=10, now=T0, lease_seconds=30)
+    result = await backend.sweep(now=T0 + 31, retain_done=3600, expired_error=EXPIRED)
+    assert [(stored.id, stored.state) for stored in result.expired] == [("x", "pending")]
+    assert [stored.id for stored in result.dead] == ["y"]
+    assert result.repended == 1

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 from ._audit import AuditEvent, LoggingAuditSink
+from ._audit_file import JsonlAuditSink
 from ._backoff import Backoff, ExponentialBackoff, FixedBackoff, LinearBackoff, ScheduleBackoff
 from ._consumer import Consumer, ConsumerStats
 from ._context import JobContext
@@ -14,8 +15,10 @@ from ._models import (
     BackendStatus,
     DeadLetter,
     FlowChild,
+    FlowChildStatus,
     FlowJob,
     FlowResult,
+    FlowStatus,
     Job,
     RateLimit,
     TickResult,
@@ -36,10 +39,13 @@ __all__ = [
     "ExponentialBackoff",
     "FixedBackoff",
     "FlowChild",
+    "FlowChildStatus",
     "FlowJob",
     "FlowResult",
+    "FlowStatus",
     "Job",
     "JobContext",
+    "JsonlAuditSink",
     "LinearBackoff",
     "LoggingAuditSink",
     "Queue",

@@ -9,14 +9,18 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping
 from datetime import datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 
 from ._clock import to_datetime
 from .abc import Clock
+from .errors import ConfigError
 
-__all__ = ["AuditEvent", "AuditSink", "Auditor", "LoggingAuditSink"]
+if TYPE_CHECKING:
+    from ._plugins import PluginRegistry
+
+__all__ = ["AuditEvent", "AuditSink", "Auditor", "LoggingAuditSink", "registered_sinks"]
 
 log = logging.getLogger("blamequeue.audit")
 
@@ -57,6 +61,23 @@ class LoggingAuditSink:
 
     async def emit(self, event: AuditEvent) -> None:
         self.logger.info("%s", event.name, extra={"audit": event.to_dict()})
+
+
+def registered_sinks(registry: PluginRegistry) -> list[AuditSink]:
+    """The sinks plugins registered through ``blamequeue_register_audit_sinks``, checked."""
+    sinks: list[AuditSink] = []
+    for name, registration in registry.audit_sinks.items():
+        sink = registration.value
+        if isinstance(sink, type) or not callable(getattr(sink, "emit", None)):
+            raise ConfigError(
+                "queue/invalid-config",
+                f"plugin {registration.plugin!r} registered audit sink {name!r} as {sink!r}, "
+                f"which is not an object with an async emit(event) method (register an "
+                f"instance, not a class); fix or disable the plugin with "
+                f"BLAMEQUEUE_DISABLE_PLUGINS",
+            )
+        sinks.append(sink)
+    return sinks
 
 
 @attrs.define(eq=False)

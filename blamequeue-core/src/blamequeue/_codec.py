@@ -1,13 +1,17 @@
-"""How payloads and errors are written at rest: JSON text, one place for the whole library."""
+"""How payloads and errors are written at rest, one place for the whole library: JSON text,
+sealed (:class:`SealedCodec`, the default) or plain (:class:`JsonCodec`, ``seal=False``)."""
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .errors import BadArgumentError, QueueError
 
-__all__ = ["JsonCodec", "dumps"]
+if TYPE_CHECKING:
+    from ._sealing import Sealer
+
+__all__ = ["Codec", "JsonCodec", "SealedCodec", "dumps"]
 
 
 def dumps(value: Any) -> str:
@@ -23,24 +27,106 @@ def dumps(value: Any) -> str:
         ) from exc
 
 
+class Codec(Protocol):
+    """Turns payloads and error texts into the strings a backend stores, and back."""
+
+    sealed: bool
+
+    def encode_payload(self, payload: Any) -> str: ...
+
+    def decode_payload(self, data: str) -> Any:
+        """Raises ``queue/unseal-failed`` for a stored value it cannot read."""
+        ...
+
+    def encode_error(self, message: str) -> str: ...
+
+    def decode_error(self, data: str | None) -> str | None:
+        """Never raises: an unreadable error becomes a text saying so."""
+        ...
+
+
+def _loads(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise QueueError(
+            "queue/unseal-failed",
+            f"stored payload could not be decoded ({exc}); the row was altered outside "
+            f"blamequeue, or it is sealed and this backend runs with seal=False",
+        ) from exc
+
+
 class JsonCodec:
-    """Plain JSON (issue: sealing wraps this)."""
+    """Plain JSON at rest: ``seal=False``."""
+
+    sealed = False
 
     def encode_payload(self, payload: Any) -> str:
         return dumps(payload)
 
     def decode_payload(self, data: str) -> Any:
-        try:
-            return json.loads(data)
-        except ValueError as exc:
-            raise QueueError(
-                "queue/unseal-failed",
-                f"stored payload could not be decoded ({exc}); the row was altered outside "
-                f"blamequeue",
-            ) from exc
+        return _loads(data)
 
     def encode_error(self, message: str) -> str:
         return message
 
     def decode_error(self, data: str | None) -> str | None:
         return data
+
+
+class SealedCodec:
+    """JSON sealed by a :class:`~blamequeue._sealing.Sealer`: payloads and errors at rest.
+
+    A stored value that does not unseal (altered, unknown key id, or plain JSON from
+    ``seal=False``) raises ``queue/unseal-failed`` for a payload: the engine sends that job to
+    the dead-letter queue.  Plain rows are refused because they carry no authentication;
+    ``accept_unsealed=True`` reads them anyway, to migrate a store that ran with ``seal=False``.
+    """
+
+    sealed = True
+
+    def __init__(self, sealer: Sealer, *, accept_unsealed: bool = False) -> None:
+        self.sealer = sealer
+        self.accept_unsealed = accept_unsealed
+        self._seal = sealer.seal
+        self._sealer_unseal = sealer.unseal
+
+    def __repr__(self) -> str:
+        return f"SealedCodec({self.sealer!r}, accept_unsealed={self.accept_unsealed})"
+
+    def _unseal(self, data: str) -> str:
+        try:
+            return self._sealer_unseal(data)
+        except QueueError:
+            raise
+        except Exception as exc:  # a third-party sealer's own error: still just unreadable
+            raise QueueError(
+                "queue/unseal-failed",
+                f"the sealer {self.sealer!r} could not unseal the stored value "
+                f"({type(exc).__name__})",
+            ) from exc
+
+    def encode_payload(self, payload: Any) -> str:
+        return self._seal(dumps(payload))
+
+    def decode_payload(self, data: str) -> Any:
+        try:
+            text = self._unseal(data)
+        except QueueError:
+            if self.accept_unsealed:
+                return _loads(data)
+            raise
+        return _loads(text)
+
+    def encode_error(self, message: str) -> str:
+        return self._seal(message)
+
+    def decode_error(self, data: str | None) -> str | None:
+        if data is None:
+            return None
+        try:
+            return self._unseal(data)
+        except QueueError as exc:
+            if self.accept_unsealed:
+                return data
+            return f"{exc.code}: the last error could not be unsealed: {exc.message}"

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 __all__ = ["JobContext", "LeaseState"]
 
 #: A chatty handler may report progress often; the audit trail records at most one marker per
-#: job per this many seconds (plus the final 100 %).
+#: job per this many seconds (plus the first 100 %, once).
 PROGRESS_AUDIT_INTERVAL = 1.0
 
 
@@ -33,6 +33,7 @@ class LeaseState:
     lost: bool = False
     progress: float = 0.0
     last_progress_audit: float = -math.inf
+    completion_audited: bool = False
 
 
 class JobContext:
@@ -92,7 +93,11 @@ class JobContext:
             )
         self._lease.progress = float(percent)
         now = self._runtime.clock.now()
-        if percent < 100 and now - self._lease.last_progress_audit < PROGRESS_AUDIT_INTERVAL:
+        if percent >= 100:
+            if self._lease.completion_audited:
+                return
+            self._lease.completion_audited = True
+        elif now - self._lease.last_progress_audit < PROGRESS_AUDIT_INTERVAL:
             return
         self._lease.last_progress_audit = now
         job = self.job

@@ -9,12 +9,16 @@ from typing import Any, Literal
 
 import attrs
 
+from .abc import JobState
+
 __all__ = [
     "BackendStatus",
     "DeadLetter",
     "FlowChild",
+    "FlowChildStatus",
     "FlowJob",
     "FlowResult",
+    "FlowStatus",
     "Job",
     "RateLimit",
     "TickResult",
@@ -145,11 +149,45 @@ class FlowChild:
 
 @attrs.frozen(kw_only=True)
 class FlowJob:
+    """One child of a registered flow: its name and the id of its job."""
+
     name: str
     job_id: str
 
 
 @attrs.frozen(kw_only=True)
 class FlowResult:
+    """What :meth:`Queue.enqueue_flow` registered: the flow's id and its jobs in declaration
+    order."""
+
     flow_id: str
     jobs: list[FlowJob]
+
+
+@attrs.frozen(kw_only=True)
+class FlowChildStatus:
+    """One child of a flow and the state its job is in now."""
+
+    name: str
+    job_id: str
+    state: JobState
+    """``parked`` (waiting for its dependencies), ``pending``, ``inflight``, ``done`` or
+    ``dead``."""
+
+
+@attrs.frozen(kw_only=True)
+class FlowStatus:
+    """What :meth:`Queue.flow_status` found of a flow.
+
+    ``children`` lists the children **still stored**, in declaration order.  A ``done`` child
+    is kept for the backend's ``retain_done`` seconds and then pruned, so a child missing here
+    has finished (or was purged).
+    """
+
+    flow_id: str
+    children: list[FlowChildStatus]
+
+    @property
+    def states(self) -> dict[str, JobState]:
+        """Each stored child's state, by name."""
+        return {child.name: child.state for child in self.children}

@@ -14,16 +14,29 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup
 
-from ._audit import Auditor, AuditSink
+from ._audit import Auditor, AuditSink, registered_sinks
 from ._backoff import parse_backoff
 from ._clock import SystemClock
 from ._consumer import Consumer
 from ._environment import config_from_env
 from ._execution import LEASE_EXPIRED, Handler, emit_dead, to_dead_letter
+from ._flows import flow_name, plan_flow
 from ._ids import new_job_id
-from ._models import BackendStatus, BreakerState, DeadLetter, RateLimit, TickResult
+from ._models import (
+    BackendStatus,
+    BreakerState,
+    DeadLetter,
+    FlowChild,
+    FlowChildStatus,
+    FlowJob,
+    FlowResult,
+    FlowStatus,
+    RateLimit,
+    TickResult,
+)
 from ._plugins import load_registry
 from ._runtime import BackendRuntime, build_runtime
+from ._sealing import parse_seal_config
 from ._tick import run_tick
 from ._validation import (
     check_callable,
@@ -35,8 +48,15 @@ from ._validation import (
     check_priority,
     check_queue_name,
 )
-from .abc import Clock, NewJob
-from .errors import BadArgumentError, ConfigError, NotFoundError, QueueError, UnsupportedError
+from .abc import Clock, NewJob, StoredJob
+from .errors import (
+    BadArgumentError,
+    ConfigError,
+    FlowError,
+    NotFoundError,
+    QueueError,
+    UnsupportedError,
+)
 
 __all__ = ["Queue"]
 
@@ -96,11 +116,8 @@ class Queue:
                 f"sweep_interval must be seconds >= 0 (0 turns the timer off), "
                 f"got {sweep_interval!r}"
             )
-        if not (seal is None or seal is False or isinstance(seal, Mapping)):
-            raise _config_error(
-                'seal must be {"keys": {"kid": "<base64 of 32 bytes>"}} or False, '
-                f"got {type(seal).__name__}"
-            )
+        if seal is not None:
+            parse_seal_config(seal, "seal")  # checked even when every backend has its own
         self._clock: Clock = clock if clock is not None else SystemClock()
         if not callable(getattr(self._clock, "now", None)) or not callable(
             getattr(self._clock, "sleep", None)
@@ -113,13 +130,19 @@ class Queue:
         registry = load_registry()
         self._auditor = Auditor(clock=self._clock)
         self._auditor.add(sinks)
-        self._auditor.add(reg.value for reg in registry.audit_sinks.values())
+        self._auditor.add(registered_sinks(registry))
         self._seal = seal
         self._default = default_backend
         self._sweep_interval = float(sweep_interval)
         self._runtimes: dict[str, BackendRuntime] = {
             name: build_runtime(
-                name, config, registry=registry, clock=self._clock, auditor=self._auditor
+                name,
+                config,
+                registry=registry,
+                clock=self._clock,
+                auditor=self._auditor,
+                seal=seal,
+                env=os.environ,
             )
             for name, config in backends.items()
         }
@@ -159,6 +182,7 @@ class Queue:
             for runtime in self._runtimes.values():
                 await runtime.call("open", runtime.backend.open)
                 stack.push_async_callback(self._close_backend, runtime)
+                await runtime.prepare_seal()
             self._tg = await stack.enter_async_context(anyio.create_task_group())
         except BaseException:
             with anyio.CancelScope(shield=True):
@@ -246,6 +270,17 @@ class Queue:
                 "queue/dlq-unsupported",
                 f"backend {runtime.name!r} (protocol {runtime.protocol!r}) keeps no dead-letter "
                 f"queue blamequeue can read; inspect it with the store's own tools",
+            )
+        return runtime
+
+    def _flow_runtime(self, backend: str | None) -> BackendRuntime:
+        runtime = self._runtime(backend)
+        if not runtime.backend.capabilities.flows:
+            raise UnsupportedError(
+                "queue/flow-unsupported",
+                f"backend {runtime.name!r} (protocol {runtime.protocol!r}) cannot park flow "
+                f"children and release them when their dependencies are done; run flows on a "
+                f"backend whose capabilities include flows (e.g. 'local', 'memory')",
             )
         return runtime
 
@@ -370,6 +405,86 @@ class Queue:
         runtime.notify(queue_name)
         return [job.id for job in jobs]
 
+    async def enqueue_flow(
+        self,
+        queue_name: str,
+        children: Sequence[FlowChild | Mapping[str, Any]],
+        *,
+        backend: str | None = None,
+    ) -> FlowResult:
+        """Register a graph of jobs atomically (all or none) and return their ids.
+
+        Each child is a :class:`FlowChild` or a mapping with its keys.  Children without
+        ``depends_on`` are due at once; the others wait ``parked`` until every sibling they name
+        is done, then become due together.  The whole specification is checked before anything
+        is stored (``queue/bad-flow``, ``queue/flow-unknown-dep``, ``queue/flow-cycle``, and
+        ``enqueue``'s own checks for each child); a backend that cannot release parked jobs
+        refuses with ``queue/flow-unsupported``.  ``FlowResult.jobs`` follows declaration order.
+        """
+        runtime = self._flow_runtime(backend)
+        try:
+            check_queue_name(queue_name)
+        except BadArgumentError as exc:
+            raise FlowError("queue/bad-flow", exc.message) from exc
+
+        def build(child: FlowChild) -> NewJob:
+            [job] = self._build_jobs(
+                runtime,
+                queue_name,
+                [child.payload],
+                priority=child.priority,
+                delay=0.0,
+                max_attempts=child.max_attempts,
+                classification=child.classification,
+                trace_id=child.trace_id,
+                backoff=None,
+            )
+            return job
+
+        plan = plan_flow(children, build)
+        await runtime.call("enqueue", lambda: runtime.backend.enqueue(plan.jobs))
+        runtime.notify(queue_name)
+        await self._auditor.emit(
+            "system.queue.flow.register",
+            backend=runtime.name,
+            queue=queue_name,
+            data={"flow_id": plan.flow_id, "jobs": len(plan.jobs)},
+        )
+        return FlowResult(
+            flow_id=plan.flow_id,
+            jobs=[
+                FlowJob(name=name, job_id=job.id)
+                for name, job in zip(plan.names, plan.jobs, strict=True)
+            ],
+        )
+
+    async def flow_status(self, flow_id: str, *, backend: str | None = None) -> FlowStatus:
+        """The state of each child of a flow that is still stored.
+
+        A ``done`` child is kept for the backend's ``retain_done`` seconds, then pruned: a child
+        missing from the answer has finished (or was purged).  A flow id the backend holds no
+        child of (never registered, or every child pruned) raises ``queue/job-not-found``.
+        """
+        runtime = self._flow_runtime(backend)
+        if not isinstance(flow_id, str) or not flow_id:
+            raise BadArgumentError(
+                "queue/bad-argument", f"flow_id must be a non-empty string, got {flow_id!r}"
+            )
+        rows = await runtime.call("flow_jobs", lambda: runtime.backend.flow_jobs(flow_id))
+        if not rows:
+            raise NotFoundError(
+                "queue/job-not-found",
+                f"backend {runtime.name!r} holds no job of flow {flow_id!r}: the flow id is "
+                f"unknown, or every child finished and was pruned after retain_done",
+            )
+        return FlowStatus(
+            flow_id=flow_id,
+            children=[
+                FlowChildStatus(name=flow_name(row.meta) or row.id, job_id=row.id, state=row.state)
+                for row in rows
+            ],
+        )
+
     # -- consuming -------------------------------------------------------------------------
     async def consume(
         self,
@@ -435,19 +550,39 @@ class Queue:
                 expired_error=runtime.codec.encode_error(LEASE_EXPIRED),
             ),
         )
+        # One lease.expired event per job when the backend names them (SweepResult.expired),
+        # else one event with the count.
+        for stored in result.expired:
+            await self._emit_lease_expired(runtime, stored, "pending")
         for stored in result.dead:
+            await self._emit_lease_expired(runtime, stored, "dead")
             await emit_dead(runtime, stored, LEASE_EXPIRED)
-        if result.repended:
+        unnamed = result.repended - len(result.expired)
+        if unnamed > 0:
             await self._auditor.emit(
                 "system.queue.lease.expired",
                 backend=runtime.name,
-                data={"repended": result.repended, "dead_lettered": len(result.dead)},
+                data={"repended": unnamed, "dead_lettered": len(result.dead)},
             )
+        if result.repended:
             # Jobs are due again: wake this process's idle consumers.
             for consumer in self._consumers:
                 if consumer.backend == runtime.name:
                     runtime.notify(consumer.queue_name)
         return result.repended + len(result.dead)
+
+    async def _emit_lease_expired(
+        self, runtime: BackendRuntime, stored: StoredJob, outcome: str
+    ) -> None:
+        await self._auditor.emit(
+            "system.queue.lease.expired",
+            backend=runtime.name,
+            queue=stored.queue,
+            job_id=stored.id,
+            trace_id=stored.trace_id,
+            classification=stored.classification,
+            data={"attempts": stored.attempts, "outcome": outcome},
+        )
 
     async def sweep(self, *, backend: str | None = None) -> int:
         """Recover expired leases now (on ``backend``, or on every backend); return how many."""

@@ -12,9 +12,10 @@ import attrs
 
 from ._audit import Auditor
 from ._backoff import Backoff, parse_backoff
-from ._codec import JsonCodec
+from ._codec import Codec
 from ._plugins import PluginRegistry
 from ._resilience import CircuitBreaker, Guard, parse_breaker_options, parse_retry
+from ._sealing import SealPlan, plan_seal
 from .abc import Backend, BackendContext, Clock
 from .errors import ConfigError, QueueError
 
@@ -40,9 +41,10 @@ class BackendRuntime:
     backoff: Backoff
     max_attempts: int
     retain_done: float
-    codec: JsonCodec
+    codec: Codec
     auditor: Auditor
     clock: Clock
+    seal: SealPlan | None = None
     _wake: dict[str, anyio.Event] = attrs.field(factory=dict, init=False)
     _sync_limiter: anyio.CapacityLimiter | None = attrs.field(default=None, init=False)
 
@@ -52,6 +54,12 @@ class BackendRuntime:
         if self._sync_limiter is None:
             self._sync_limiter = anyio.CapacityLimiter(SYNC_HANDLER_THREADS)
         return self._sync_limiter
+
+    async def prepare_seal(self) -> None:
+        """Load the seal key (creating the key file beside the database if need be): at start,
+        right after the backend opened (its own error names a missing directory best)."""
+        if self.seal is not None:
+            self.codec = await self.seal.prepare()
 
     async def call(self, operation: str, fn: Callable[[], Awaitable[T]]) -> T:
         return await self.guard.call(operation, fn)
@@ -87,7 +95,11 @@ def build_runtime(
     registry: PluginRegistry,
     clock: Clock,
     auditor: Auditor,
+    seal: Any = None,
+    env: Mapping[str, str] | None = None,
 ) -> BackendRuntime:
+    """``seal`` is the ``Queue(seal=...)`` setting and ``env`` the environment holding
+    ``BLAMEQUEUE_SEAL_KEYS``; the backend config's own ``"seal"`` comes first (SPEC §6)."""
     where = f"backends[{name!r}]"
     if not isinstance(config, Mapping):
         raise _config_error(
@@ -125,6 +137,15 @@ def build_runtime(
     options = {k: v for k, v in config.items() if k not in COMMON_KEYS}
     backend_cls = registration.value
     backend = backend_cls(options, BackendContext(name=name, clock=clock))
+    seal_plan = plan_seal(
+        name=name,
+        protocol=protocol,
+        backend_seal=config.get("seal"),
+        queue_seal=seal,
+        env={} if env is None else env,
+        backend=backend,
+        sealers=registry.sealers,
+    )
     runtime = BackendRuntime(
         name=name,
         protocol=protocol,
@@ -133,9 +154,10 @@ def build_runtime(
         backoff=backoff,
         max_attempts=max_attempts,
         retain_done=float(retain),
-        codec=JsonCodec(),
+        codec=seal_plan.codec,
         auditor=auditor,
         clock=clock,
+        seal=seal_plan,
     )
     breaker.on_change = runtime.breaker_changed
     return runtime

@@ -89,6 +89,10 @@ class Capabilities:
       process enqueues.
     * ``requires_seal_key``: payloads leave the process (a shared server), so the queue refuses
       to start without a seal key unless sealing is explicitly off (``seal=False``).
+    * ``ephemeral``: the store lives in this process only and dies with it (``memory``); with
+      no seal key configured, its jobs are sealed with a key made for this process.  A durable
+      store with neither a key nor a :attr:`Backend.store_path` to keep a key file beside is
+      refused at construction.
     * ``async_libraries``: the event loops it runs on.
     """
 
@@ -99,6 +103,7 @@ class Capabilities:
     delay: bool = True
     cross_process_wakeup: bool = False
     requires_seal_key: bool = False
+    ephemeral: bool = False
     async_libraries: frozenset[str] = frozenset({"asyncio", "trio"})
 
 

@@ -47,7 +47,12 @@ def blamequeue_register_audit_sinks(register: Callable[[str, Any], None]) -> Non
 
 @hookspec
 def blamequeue_register_sealers(register: Callable[[str, Any], None]) -> None:
-    """Register sealers by name: objects that seal and unseal payloads and errors at rest.
+    """Register sealers by name: what seals and unseals payloads and errors at rest.
 
-    The default, ``"secretbox"``, uses pynacl's SecretBox with key ids in the envelope.
+    ``register("kms", KmsSealer)``: the value is a factory called with the configured keys, in
+    order (``{key_id: 32 bytes}``, the first one seals), returning an object with
+    ``seal(text: str) -> str`` and ``unseal(envelope: str) -> str``; ``unseal`` raises
+    ``QueueError("queue/unseal-failed", ...)`` for what it cannot open.  A queue uses it when its
+    seal setting names it: ``{"keys": {...}, "sealer": "kms"}``.  The default, ``"secretbox"``
+    (pynacl's SecretBox, key ids in the envelope), is core's own plugin.
     """

@@ -2,7 +2,9 @@
 
 Each transition of the contract is one statement from :mod:`blamequeue_local._statements`,
 run through a :class:`Store`, whatever the batch size (settling a batch that both keeps and
-deletes jobs takes two; ``dlq_retry`` reads the dead job, then moves it with a compare-and-set).
+deletes jobs takes two, and deleting takes one more, which marks flow jobs done first so the
+jobs parked behind them are released; ``dlq_retry`` reads the dead job, then moves it with a
+compare-and-set).
 Errors from the store are mapped to :class:`~blamequeue.errors.QueueError` here, at the
 boundary.
 """
@@ -34,7 +36,13 @@ from blamequeue.errors import BackendUnavailableError, BadArgumentError, QueueEr
 from blamequeue_local._aiosqlite_store import AiosqliteStore, is_aiosqlite_connection
 from blamequeue_local._options import LocalOptions, parse_options
 from blamequeue_local._sqlite_errors import map_store_error
-from blamequeue_local._statements import ENQUEUE_VALUES_MAX, MAX_PARAMETERS, Statements
+from blamequeue_local._statements import (
+    ADDED_COLUMNS,
+    ENQUEUE_PARAMETERS,
+    ENQUEUE_VALUES_MAX,
+    MAX_PARAMETERS,
+    Statements,
+)
 from blamequeue_local._store import Row, SQLiteStore, Store, connect
 from blamequeue_local._wakeup import POLL_INTERVAL, FileSignature, Signature
 
@@ -58,7 +66,7 @@ _JSON_NUL: Final = "\\u0000"
 
 
 # One padding row of Statements.enqueue_values (its NULL id makes the statement skip it).
-_PADDING: Final[list[Any]] = [None] * 12
+_PADDING: Final[list[Any]] = [None] * ENQUEUE_PARAMETERS
 
 
 def _dumps(items: list[list[Any]]) -> str:
@@ -75,9 +83,14 @@ def _storable(error: str) -> str:
     return error
 
 
+def _depends_on(job: NewJob) -> str | None:
+    return json.dumps(list(job.depends_on), separators=(",", ":")) if job.depends_on else None
+
+
 def stored_job(row: Row) -> StoredJob:
     """A :class:`StoredJob` from a row of :data:`~blamequeue_local._statements.COLUMNS`."""
     finished_at = row[14]
+    depends_on = row[16]
     return StoredJob(
         id=row[0],
         queue=row[1],
@@ -94,6 +107,7 @@ def stored_job(row: Row) -> StoredJob:
         last_error=row[11],
         meta=row[12],
         flow_id=row[13],
+        depends_on=tuple(json.loads(depends_on)) if depends_on else (),
         finished_at=None if finished_at is None else float(finished_at),
     )
 
@@ -128,7 +142,7 @@ class LocalBackend(Backend):
     protocol: ClassVar[str] = "local"
     capabilities: ClassVar[Capabilities] = Capabilities(
         dlq=True,
-        flows=False,
+        flows=True,
         cross_process_wakeup=True,
         async_libraries=frozenset({"asyncio", "trio"}),
     )
@@ -182,12 +196,14 @@ class LocalBackend(Backend):
         else:
             store = cast(Store, config.store)
         try:
-            for statement in self._sql.schema:
+            for number, statement in enumerate(self._sql.schema):
 
                 async def create(statement: str = statement) -> int:
                     return await self._guard(store.execute(statement, ()))
 
                 await self._retry_busy(create)
+                if number == 0:  # the CREATE TABLE: bring an older table up to date
+                    await self._retry_busy(lambda: self._add_missing_columns(store))
             self._signature = await self._find_signature(store)
         except BaseException:
             if owned is not None:
@@ -200,6 +216,21 @@ class LocalBackend(Backend):
         self._seen.clear()
         if owned is not None:
             await owned.aclose()
+
+    async def _add_missing_columns(self, store: Store) -> None:
+        """Bring a table made by an earlier version up to date (``ALTER TABLE ADD COLUMN``)."""
+        rows = await self._guard(store.execute_all(self._sql.table_info, ()))
+        present = {str(row[1]) for row in rows}
+        for column in ADDED_COLUMNS:
+            if column in present:
+                continue
+            try:
+                await self._guard(store.execute(self._sql.add_column(column), ()))
+            except QueueError:
+                # Another process starting at the same time may have added it first.
+                rows = await self._guard(store.execute_all(self._sql.table_info, ()))
+                if column not in {str(row[1]) for row in rows}:
+                    raise
 
     async def _find_signature(self, store: Store) -> FileSignature | None:
         """The file to watch for other processes' commits, if the table lives in one."""
@@ -283,6 +314,7 @@ class LocalBackend(Backend):
                     job.trace_id,
                     job.meta,
                     job.flow_id,
+                    _depends_on(job),
                 )
             ]
             params += _PADDING * (bucket - count)
@@ -303,6 +335,7 @@ class LocalBackend(Backend):
                     job.meta,
                     job.flow_id,
                     1 if job.parked else 0,
+                    _depends_on(job),
                 ]
                 for job in jobs
             ]
@@ -352,7 +385,7 @@ class LocalBackend(Backend):
                 continue  # a repeated settlement is stale: completion applies once
             sent.add(key)
             if item.outcome == "done" and not item.keep:
-                deletes.append([item.job_id, item.token])
+                deletes.append([item.job_id, item.token, item.at])
                 continue
             error = None if item.error is None else _storable(item.error)
             update = [item.job_id, item.token, item.outcome, item.at, error]
@@ -371,7 +404,11 @@ class LocalBackend(Backend):
             rows = await self._all(self._sql.settle_bound(len(chunk)), params)
             applied.update((row[0], row[1]) for row in rows)
         if deletes:
-            rows = await self._all(self._sql.settle_delete, (_dumps(deletes),))
+            encoded = _dumps(deletes)
+            # Flow jobs among them are marked done first: that releases their dependants.
+            rows = await self._all(self._sql.settle_done_flow_jobs, (encoded,))
+            applied.update((row[0], row[1]) for row in rows)
+            rows = await self._all(self._sql.settle_delete, (encoded,))
             applied.update((row[0], row[1]) for row in rows)
 
         results: list[bool] = []
@@ -391,9 +428,11 @@ class LocalBackend(Backend):
 
     async def sweep(self, *, now: float, retain_done: float, expired_error: str) -> SweepResult:
         rows = await self._all(self._sql.sweep_expired, (now, expired_error))
-        dead = [stored_job(row) for row in rows if row[2] == "dead"]
+        jobs = [stored_job(row) for row in rows]
+        dead = [job for job in jobs if job.state == "dead"]
+        expired = [job for job in jobs if job.state != "dead"]
         pruned = await self._execute(self._sql.prune_done, (now - retain_done,))
-        return SweepResult(repended=len(rows) - len(dead), dead=dead, pruned=pruned)
+        return SweepResult(repended=len(expired), expired=expired, dead=dead, pruned=pruned)
 
     async def wait_for_work(self, queue: str, *, timeout: float) -> None:
         signature = self._signature
@@ -439,6 +478,11 @@ class LocalBackend(Backend):
         raise BackendUnavailableError(
             f"{self._where}: dead job {job_id!r} kept changing while being retried; try again"
         )
+
+    # -- flows -----------------------------------------------------------------------------
+    async def flow_jobs(self, flow_id: str) -> list[StoredJob]:
+        rows = await self._all(self._sql.flow_jobs, (flow_id,))
+        return [stored_job(row) for row in rows]
 
     async def dlq_size(self, queue: str) -> int:
         return await self._count(self._sql.dlq_size, (queue,))

@@ -4,6 +4,8 @@ Every transition is a single statement, so it is atomic in SQLite itself and saf
 processes on one file, and a batch of any size costs one statement (one worker-thread hop):
 enqueue binds up to 2048 jobs as parameters of one multi-row insert (larger batches travel as
 one JSON array read with ``json_each``); settle and extend send their batch as one JSON array.
+Flows add nothing to a batch: a trigger on the table releases the jobs parked behind a flow job
+inside the very statement that marks it done (see the trigger in :class:`Statements`).
 The only text spliced into SQL is the table and schema name, validated as plain identifiers
 beforehand and quoted.
 """
@@ -13,8 +15,10 @@ from __future__ import annotations
 from typing import Final
 
 __all__ = [
+    "ADDED_COLUMNS",
     "COLUMNS",
     "ENQUEUE_COLUMNS",
+    "ENQUEUE_PARAMETERS",
     "ENQUEUE_VALUES_MAX",
     "MAX_PARAMETERS",
     "Statements",
@@ -23,21 +27,28 @@ __all__ = [
 #: The columns of a job, in the order :func:`blamequeue_local._backend.stored_job` reads them.
 COLUMNS: Final = (
     "id, queue, state, payload, priority, attempts, max_attempts, created_at, available_at, "
-    "classification, trace_id, last_error, meta, flow_id, finished_at, seq"
+    "classification, trace_id, last_error, meta, flow_id, finished_at, seq, depends_on"
 )
 
 #: The columns :meth:`Statements.enqueue_values` binds, in order.
 ENQUEUE_COLUMNS: Final = (
     "id, queue, state, payload, priority, max_attempts, created_at, available_at, "
-    "classification, trace_id, meta, flow_id"
+    "classification, trace_id, meta, flow_id, depends_on"
 )
 
 #: SQLite's default limit on bound parameters per statement (since 3.32).
 MAX_PARAMETERS: Final = 32766
 
-#: The largest batch :meth:`Statements.enqueue_values` takes (a power of two, 12 parameters a
+#: How many parameters :meth:`Statements.enqueue_values` binds per job.
+ENQUEUE_PARAMETERS: Final = 13
+
+#: The largest batch :meth:`Statements.enqueue_values` takes (a power of two, 13 parameters a
 #: job, within MAX_PARAMETERS); larger batches travel as one JSON parameter.
 ENQUEUE_VALUES_MAX: Final = 2048
+
+#: Columns added after the first release, with their type: :meth:`Statements.add_column`
+#: adds those an existing table lacks when the backend opens it.
+ADDED_COLUMNS: Final = {"depends_on": "TEXT"}
 
 _LIVE: Final = "('pending', 'inflight', 'parked')"
 
@@ -52,7 +63,8 @@ class Statements:
         self.table = t
 
         # ``seq`` (the rowid) is the enqueue order; ``id`` is the public job id.  payload,
-        # last_error and meta are opaque text from the core, stored verbatim.
+        # last_error and meta are opaque text from the core, stored verbatim.  depends_on is
+        # a JSON array of job ids (NULL when none): a ``parked`` job waits for all of them.
         create_table = f"""
             CREATE TABLE IF NOT EXISTS {t} (
                 seq INTEGER PRIMARY KEY,
@@ -72,7 +84,8 @@ class Statements:
                 flow_id TEXT,
                 finished_at REAL,
                 lease_token TEXT,
-                lease_expires_at REAL
+                lease_expires_at REAL,
+                depends_on TEXT
             )"""
         # The lease index's columns follow the lease ORDER BY, so taking the next N jobs is
         # an index range walk whatever the backlog; it also serves size() and purge().  The
@@ -88,17 +101,45 @@ class Statements:
             f"ON \"{table}\" (finished_at) WHERE state = 'done'",
             f'CREATE INDEX IF NOT EXISTS {prefix}"{table}_dlq_idx" '
             f"ON \"{table}\" (queue, finished_at) WHERE state = 'dead'",
+            # Flows: flow_jobs() and the release of parked jobs (the trigger below).
+            f'CREATE INDEX IF NOT EXISTS {prefix}"{table}_flow_idx" '
+            f'ON "{table}" (flow_id, seq) WHERE flow_id IS NOT NULL',
+            # Flows: when a flow job becomes done, each parked job waiting on it becomes
+            # pending, due at its finished_at, if every job it depends on is now done or gone
+            # (deleted done jobs count as done).  A trigger runs inside the statement that
+            # settles the job, so the release is atomic with it, with no extra round trip, and
+            # correct with several processes: SQLite serialises writers, and the last of two
+            # concurrent completions sees the other one done.  Its WHEN clause keeps every
+            # other update (leasing, retries, jobs outside flows) from doing any flow work.
+            # The body may not qualify table names; they resolve in the trigger's schema.
+            f"""
+            CREATE TRIGGER IF NOT EXISTS {prefix}"{table}_flow_release"
+            AFTER UPDATE OF state ON "{table}" FOR EACH ROW
+            WHEN NEW.state = 'done' AND OLD.state <> 'done' AND NEW.flow_id IS NOT NULL
+            BEGIN
+                UPDATE "{table}" SET state = 'pending', available_at = NEW.finished_at
+                WHERE flow_id = NEW.flow_id AND state = 'parked'
+                  AND EXISTS (SELECT 1 FROM json_each("{table}".depends_on) AS w
+                              WHERE w.value = NEW.id)
+                  AND NOT EXISTS (SELECT 1 FROM json_each("{table}".depends_on) AS d
+                                  JOIN "{table}" AS p ON p.id = d.value
+                                  WHERE p.state <> 'done');
+            END""",
         )
+        # Migration of a table made by an earlier version: which columns it has.  Missing
+        # columns are added after the CREATE TABLE and before everything else.
+        self.table_info = f'PRAGMA {prefix}table_info("{table}")'
 
         # For batches beyond ENQUEUE_VALUES_MAX jobs: one JSON array per job: [id, queue,
         # payload, priority, max_attempts, created_at, available_at, classification, trace_id,
-        # meta, flow_id, parked].  ORDER BY key keeps the batch order, which becomes seq order.
+        # meta, flow_id, parked, depends_on (JSON text or null)].  ORDER BY key keeps the
+        # batch order, which becomes seq order.
         self.enqueue = f"""
             INSERT INTO {t} ({ENQUEUE_COLUMNS})
             SELECT value ->> 0, value ->> 1,
                    CASE WHEN value ->> 11 THEN 'parked' ELSE 'pending' END,
                    value ->> 2, value ->> 3, value ->> 4, value ->> 5, value ->> 6,
-                   value ->> 7, value ->> 8, value ->> 9, value ->> 10
+                   value ->> 7, value ->> 8, value ->> 9, value ->> 10, value ->> 12
             FROM json_each(?1) ORDER BY key"""
 
         # Params: token, expires_at, queue, now, limit.  RETURNING order is unspecified; the
@@ -120,14 +161,32 @@ class Statements:
             "value ->> 3 AS at, value ->> 4 AS error FROM json_each(?)"
         )
 
-        # ``done`` without retention: [id, token] pairs, deleted under the same fence.
+        # ``done`` without retention: [id, token] pairs, deleted under the same fence (flow
+        # jobs once :attr:`settle_done_flow_jobs` has marked them done).
         self.settle_delete = f"""
             DELETE FROM {t}
             WHERE seq IN (
                 SELECT j.seq FROM json_each(?1) AS p
                 JOIN {t} AS j ON j.id = p.value ->> 0 AND j.lease_token = p.value ->> 1
-                WHERE j.state = 'inflight')
+                WHERE j.state = 'inflight' AND j.flow_id IS NULL
+                   OR j.state = 'done' AND j.flow_id IS NOT NULL)
             RETURNING id, lease_token"""
+
+        # ``done`` without retention of flow jobs, [id, token, at] triples: a delete would
+        # not fire the release trigger, so they are first marked done (releasing what waits
+        # on them, due at ``at``) and then deleted by :attr:`settle_delete` under the same
+        # token.  Should the delete not happen, the job is a done job like any other, and
+        # the next sweep prunes it.
+        self.settle_done_flow_jobs = f"""
+            UPDATE {t} AS t SET state = 'done', finished_at = s.value ->> 2,
+                                lease_expires_at = NULL
+            FROM json_each(?1) AS s
+            WHERE t.id = s.value ->> 0 AND t.lease_token = s.value ->> 1
+              AND t.state = 'inflight' AND t.flow_id IS NOT NULL
+            RETURNING id, lease_token"""
+
+        # Param: the flow id.
+        self.flow_jobs = f"SELECT {COLUMNS} FROM {t} WHERE flow_id = ?1 ORDER BY seq"
 
         # Params: expires_at, JSON [[id, token], ...].
         self.extend = f"""
@@ -201,8 +260,12 @@ class Statements:
             WHERE t.id = s.id AND t.lease_token = s.token AND t.state = 'inflight'
             RETURNING id, lease_token"""
 
+    def add_column(self, column: str) -> str:
+        """Add one of :data:`ADDED_COLUMNS` to a table made by an earlier version."""
+        return f"ALTER TABLE {self.table} ADD COLUMN {column} {ADDED_COLUMNS[column]}"
+
     def enqueue_values(self, rows: int) -> str:
-        """Insert up to ``rows`` jobs bound as 12 parameters each, in ``ENQUEUE_COLUMNS`` order.
+        """Insert up to ``rows`` jobs bound as 13 parameters each, in ``ENQUEUE_COLUMNS`` order.
 
         Rows whose id is NULL are padding and skipped: the backend pads a batch to the next
         power of two, so a dozen statement texts serve every batch size from the connection's
@@ -210,8 +273,8 @@ class Statements:
         """
         sql = self._enqueue_values.get(rows)
         if sql is None:
-            values = ",".join(["(?,?,?,?,?,?,?,?,?,?,?,?)"] * rows)
-            columns = ", ".join(f"column{n}" for n in range(1, 13))
+            values = ",".join(["(" + ",".join("?" * ENQUEUE_PARAMETERS) + ")"] * rows)
+            columns = ", ".join(f"column{n}" for n in range(1, ENQUEUE_PARAMETERS + 1))
             sql = self._enqueue_values[rows] = (
                 f"INSERT INTO {self.table} ({ENQUEUE_COLUMNS}) "
                 f"SELECT {columns} FROM (VALUES {values}) WHERE column1 IS NOT NULL"

@@ -12,6 +12,10 @@ deleted lazily: each carries the job's version at push time, and any transition 
 version, so an entry that no longer describes its job is skipped when it surfaces.  Inflight
 leases and retained ``done`` jobs have heaps of their own for the sweep.
 
+Flows: a ``parked`` job sits in no heap (it is never leased); it is filed under each id in its
+``depends_on``, so a ``done`` settlement looks only at the jobs waiting on that one job, and is
+released in the same locked step once every dependency is ``done`` or gone.
+
 Options: ``namespace`` (optional string).  Backends built with the same namespace share one
 store, like several workers on one database; without it each backend has a private store.
 """
@@ -56,6 +60,7 @@ class _Row:
         "classification",
         "created_at",
         "dead_order",
+        "depends_on",
         "expires_at",
         "finished_at",
         "flow_id",
@@ -88,6 +93,7 @@ class _Row:
         self.last_error: str | None = None
         self.meta = job.meta
         self.flow_id = job.flow_id
+        self.depends_on = tuple(job.depends_on)
         self.finished_at: float | None = None
         self.token: str | None = None
         self.expires_at = 0.0
@@ -111,6 +117,7 @@ class _Row:
             last_error=self.last_error,
             meta=self.meta,
             flow_id=self.flow_id,
+            depends_on=self.depends_on,
             finished_at=self.finished_at,
         )
 
@@ -148,6 +155,9 @@ class _Store:
         self.retained: list[_TimedEntry] = []  # done, keyed by finished_at
         self.seq = itertools.count(1)
         self.waiters: dict[str, set[anyio.Event]] = {}
+        # Flows: parked jobs by the id of each job they wait for, and every job by flow id.
+        self.dependants: dict[str, list[_Row]] = {}
+        self.flows: dict[str, dict[str, _Row]] = {}
 
     def index(self, queue: str) -> _QueueIndex:
         index = self.queues.get(queue)
@@ -173,6 +183,19 @@ class _Store:
         else:
             heapq.heappush(index.delayed, (row.available_at, row.seq, row.version, row))
 
+    def add(self, row: _Row) -> None:
+        index = self.index(row.queue)
+        index.rows[row.id] = row
+        index.counts[row.state] += 1
+        self.jobs[row.id] = row
+        if row.flow_id is not None:
+            self.flows.setdefault(row.flow_id, {})[row.id] = row
+        if row.state == "parked":
+            for dep in row.depends_on:
+                self.dependants.setdefault(dep, []).append(row)
+        elif row.state == "pending":
+            self.pend(row)
+
     def delete(self, row: _Row) -> None:
         index = self.queues[row.queue]
         index.counts[row.state] -= 1
@@ -180,6 +203,32 @@ class _Store:
         del self.jobs[row.id]
         row.version += 1  # every heap entry of this row is now stale
         row.token = None
+        if row.flow_id is not None:
+            members = self.flows.get(row.flow_id)
+            if members is not None:
+                members.pop(row.id, None)
+                if not members:
+                    del self.flows[row.flow_id]
+        # A deleted job is never settled again: nothing will look up who waits on it.
+        self.dependants.pop(row.id, None)
+
+    def release(self, waiting: list[_Row], at: float) -> set[str]:
+        """A job just became ``done`` (or was deleted as done): make each job of ``waiting``
+        (those parked behind it) ``pending``, due at ``at``, once all its dependencies are
+        done or gone.  Returns the queues that got due jobs."""
+        queues: set[str] = set()
+        for child in waiting:
+            if child.state != "parked" or self.jobs.get(child.id) is not child:
+                continue  # purged meanwhile
+            if all(
+                (dep := self.jobs.get(dep_id)) is None or dep.state == "done"
+                for dep_id in child.depends_on
+            ):
+                child.available_at = at
+                self.move(child, "pending")
+                self.pend(child)
+                queues.add(child.queue)
+        return queues
 
     def notify(self, queue: str) -> None:
         waiters = self.waiters.pop(queue, None)
@@ -211,7 +260,7 @@ class MemoryBackend(Backend):
 
     protocol: ClassVar[str] = "memory"
     capabilities: ClassVar[Capabilities] = Capabilities(
-        dlq=True, flows=False, native_lease=False, cross_process_wakeup=False
+        dlq=True, flows=True, native_lease=False, cross_process_wakeup=False, ephemeral=True
     )
 
     def __init__(self, options: Mapping[str, Any], context: BackendContext) -> None:
@@ -257,12 +306,8 @@ class MemoryBackend(Backend):
             queues: set[str] = set()
             for job in jobs:
                 row = _Row(job, next(store.seq))
-                index = store.index(job.queue)
-                index.rows[row.id] = row
-                index.counts[row.state] += 1
-                store.jobs[row.id] = row
+                store.add(row)
                 if row.state == "pending":
-                    store.pend(row)
                     queues.add(row.queue)
             for queue in queues:
                 store.notify(queue)
@@ -320,12 +365,15 @@ class MemoryBackend(Backend):
                 row.token = None
                 outcome = item.outcome
                 if outcome == "done":
+                    waiting = store.dependants.pop(row.id, None)
                     row.finished_at = item.at
                     if item.keep:
                         store.move(row, "done")
                         heapq.heappush(store.retained, (item.at, row.seq, row.version, row))
                     else:
                         store.delete(row)
+                    if waiting:
+                        pended |= store.release(waiting, item.at)
                 elif outcome == "dead":
                     row.finished_at = item.at
                     row.last_error = item.error
@@ -370,7 +418,7 @@ class MemoryBackend(Backend):
     async def sweep(self, *, now: float, retain_done: float, expired_error: str) -> SweepResult:
         await anyio.lowlevel.checkpoint()
         store = self._store
-        repended = 0
+        expired: list[StoredJob] = []
         dead: list[StoredJob] = []
         pruned = 0
         with store.lock:
@@ -386,7 +434,7 @@ class MemoryBackend(Backend):
                     store.move(row, "pending")
                     store.pend(row)
                     pended.add(row.queue)
-                    repended += 1
+                    expired.append(row.snapshot())
                 else:
                     row.last_error = expired_error
                     row.finished_at = now
@@ -402,7 +450,7 @@ class MemoryBackend(Backend):
                     pruned += 1
             for queue in pended:
                 store.notify(queue)
-        return SweepResult(repended=repended, dead=dead, pruned=pruned)
+        return SweepResult(repended=len(expired), expired=expired, dead=dead, pruned=pruned)
 
     async def wait_for_work(self, queue: str, *, timeout: float) -> None:
         """Return after ``timeout`` seconds **of the queue's clock**, or earlier when a job of
@@ -497,6 +545,16 @@ class MemoryBackend(Backend):
             for row in dead:
                 store.delete(row)
             return len(dead)
+
+    # -- flows -----------------------------------------------------------------------------
+    async def flow_jobs(self, flow_id: str) -> list[StoredJob]:
+        await anyio.lowlevel.checkpoint()
+        with self._store.lock:
+            members = self._store.flows.get(flow_id)
+            if not members:
+                return []
+            rows = sorted(members.values(), key=lambda row: row.seq)
+            return [row.snapshot() for row in rows]
 
     # -- extras for tests (not part of the backend contract) --------------------------------
     async def get_job(self, job_id: str) -> StoredJob | None:

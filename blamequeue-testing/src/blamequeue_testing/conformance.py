@@ -48,6 +48,7 @@ from ._conformance.fixtures import (
     conformance_queue,
     conformance_queue_factory,
 )
+from ._conformance.flows import TestFlows, TestFlowValidation, TestWithoutFlows
 from ._conformance.handlers import TestHandlers
 from ._conformance.leases import (
     TestExtendLease,
@@ -58,6 +59,7 @@ from ._conformance.leases import (
 from ._conformance.lifecycle import TestEnqueue, TestLifecycle
 from ._conformance.ordering import TestDelay, TestOrdering
 from ._conformance.retention import TestRetention
+from ._conformance.sealing_audit import TestAuditTrail, TestSealing, TestSealKeyFile
 from ._conformance.shutdown import TestShutdown
 from ._conformance.size_and_purge import TestPurge, TestSize
 from ._conformance.tick import TestTick
@@ -66,6 +68,7 @@ __all__ = [
     "AuditRecorder",
     "Conformance",
     "TestAudit",
+    "TestAuditTrail",
     "TestBackendStatus",
     "TestBackoff",
     "TestBadInput",
@@ -75,6 +78,8 @@ __all__ = [
     "TestDelay",
     "TestEnqueue",
     "TestExtendLease",
+    "TestFlowValidation",
+    "TestFlows",
     "TestHandlers",
     "TestHeartbeat",
     "TestLeaseFence",
@@ -84,11 +89,14 @@ __all__ = [
     "TestPurge",
     "TestRateLimit",
     "TestRetention",
+    "TestSealKeyFile",
+    "TestSealing",
     "TestShutdown",
     "TestSize",
     "TestSweep",
     "TestTick",
     "TestWithoutDeadLetterQueue",
+    "TestWithoutFlows",
     "anyio_backend",
     "conformance",
     "conformance_audit",

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from blamequeue import __version__
 from blamequeue.errors import QueueError
 
-from . import _bench, _demo, _worker
+from . import _audit, _bench, _demo, _keygen, _worker
 from ._running import (
     EXIT_INTERRUPTED,
     EXIT_USAGE,
@@ -78,6 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
     _demo.add_parser(subparsers)
     _worker.add_parser(subparsers)
     _bench.add_parser(subparsers)
+    _keygen.add_parser(subparsers)
+    _audit.add_parser(subparsers)
     return parser
 
 

@@ -72,27 +72,32 @@ class TestBackoff:
         self, conformance: Conformance
     ) -> None:
         conformance.require("delay", "retry delays cannot be checked")
+        conformance.require_virtual_time("retry delays are checked by moving the clock")
         await _fail_and_check_delays(conformance, [1, 2, 4, 8, 16])
 
     async def test_default_backoff_is_capped_at_300_seconds(
         self, conformance: Conformance
     ) -> None:
         conformance.require("delay", "retry delays cannot be checked")
+        conformance.require_virtual_time("retry delays are checked by moving the clock")
         await _fail_and_check_delays(conformance, [1, 2, 4, 8, 16, 32, 64, 128, 256, 300, 300])
 
     async def test_fixed_backoff_from_backend_config(self, conformance: Conformance) -> None:
         conformance.require("delay", "retry delays cannot be checked")
+        conformance.require_virtual_time("retry delays are checked by moving the clock")
         async with conformance.factory.open(backoff={"strategy": "fixed", "delay": 5}) as q:
             await _fail_and_check_delays(conformance, [5, 5, 5], queue=q)
 
     async def test_linear_backoff_from_backend_config(self, conformance: Conformance) -> None:
         conformance.require("delay", "retry delays cannot be checked")
+        conformance.require_virtual_time("retry delays are checked by moving the clock")
         config = {"strategy": "linear", "base": 2, "step": 3, "cap": 9}
         async with conformance.factory.open(backoff=config) as q:
             await _fail_and_check_delays(conformance, [2, 5, 8, 9, 9], queue=q)
 
     async def test_schedule_backoff_from_backend_config(self, conformance: Conformance) -> None:
         conformance.require("delay", "retry delays cannot be checked")
+        conformance.require_virtual_time("retry delays are checked by moving the clock")
         async with conformance.factory.open(backoff=[10, 30, 60]) as q:
             await _fail_and_check_delays(conformance, [10, 30, 60, 60], queue=q)
 
@@ -100,16 +105,19 @@ class TestBackoff:
         self, conformance: Conformance
     ) -> None:
         conformance.require("delay", "retry delays cannot be checked")
+        conformance.require_virtual_time("retry delays are checked by moving the clock")
         config = {"strategy": "exponential", "base": 0.5, "factor": 3, "cap": 10}
         async with conformance.factory.open(backoff=config) as q:
             await _fail_and_check_delays(conformance, [0.5, 1.5, 4.5, 10, 10], queue=q)
 
     async def test_job_backoff_list_sets_its_retry_delays(self, conformance: Conformance) -> None:
         conformance.require("delay", "retry delays cannot be checked")
+        conformance.require_virtual_time("retry delays are checked by moving the clock")
         await _fail_and_check_delays(conformance, [3, 7, 7], backoff=[3, 7])
 
     async def test_job_backoff_overrides_backend_backoff(self, conformance: Conformance) -> None:
         conformance.require("delay", "retry delays cannot be checked")
+        conformance.require_virtual_time("retry delays are checked by moving the clock")
         async with conformance.factory.open(backoff={"strategy": "fixed", "delay": 50}) as q:
             await _fail_and_check_delays(
                 conformance, [2, 2], queue=q, backoff={"strategy": "fixed", "delay": 2}
@@ -117,12 +125,14 @@ class TestBackoff:
 
     async def test_job_backoff_accepts_a_strategy_object(self, conformance: Conformance) -> None:
         conformance.require("delay", "retry delays cannot be checked")
+        conformance.require_virtual_time("retry delays are checked by moving the clock")
         await _fail_and_check_delays(conformance, [4, 4], backoff=FixedBackoff(delay=4))
 
     async def test_jittered_delay_is_reproducible_from_job_id_and_attempt(
         self, conformance: Conformance
     ) -> None:
         conformance.require("delay", "retry delays cannot be checked")
+        conformance.require_virtual_time("retry delays are checked by moving the clock")
         strategy = ExponentialBackoff(base=10, factor=2, cap=300, jitter=0.5)
         async with conformance.factory.open(backoff=strategy.to_spec()) as q:
             job_id = await _fail_and_check_delays(
@@ -146,6 +156,7 @@ class TestBackoff:
 
     async def test_retry_is_not_due_before_its_backoff(self, conformance: Conformance) -> None:
         conformance.require("delay", "retry delays cannot be checked")
+        conformance.require_virtual_time("retry delays are checked by moving the clock")
         q, name = conformance.queue, conformance.name
         await q.enqueue(name, "x", max_attempts=3)
 

@@ -66,6 +66,7 @@ class TestConsume:
         self, conformance: Conformance
     ) -> None:
         conformance.require("delay", "delays cannot be checked")
+        conformance.require_virtual_time("the delay is waited out by moving the clock")
         q, name, clock = conformance.queue, conformance.name, conformance.clock
         due = conformance.now() + 60.0
         await q.enqueue(name, "later", delay=60)

@@ -29,6 +29,7 @@ class TestDeadLetterQueue:
         conformance.require("dlq", "there is no dead-letter queue to check")
 
     async def test_exhausted_attempts_move_job_to_dlq(self, conformance: Conformance) -> None:
+        conformance.require_virtual_time("the retry is reached by moving the clock")
         q, name = conformance.queue, conformance.name
         await q.enqueue(name, "x", max_attempts=2)
         first = await q.tick(name, fail)
@@ -47,6 +48,7 @@ class TestDeadLetterQueue:
             assert await q.dlq_size(conformance.name) == 1
 
     async def test_default_max_attempts_is_five(self, conformance: Conformance) -> None:
+        conformance.require_virtual_time("each retry is reached by moving the clock")
         q, name = conformance.queue, conformance.name
         await q.enqueue(name, "x")
         seen: list[int] = []
@@ -66,6 +68,7 @@ class TestDeadLetterQueue:
     async def test_dead_letter_records_the_job_and_its_last_error(
         self, conformance: Conformance
     ) -> None:
+        conformance.require_virtual_time("the retry is reached by moving the clock")
         q, name = conformance.queue, conformance.name
         job_id = await q.enqueue(
             name,

@@ -146,6 +146,23 @@ class Conformance:
                 "which the virtual clock of this suite cannot move"
             )
 
+    def require_virtual_time(self, why: str) -> None:
+        """Skip when the store keeps time itself (``native_lease``: SQS's visibility timeouts
+        and delay timers), so moving the virtual clock does not make a job due."""
+        if self.capabilities.native_lease:
+            pytest.skip(
+                f"backend declares native_lease=True: its store keeps retry delays and delays on "
+                f"its own clock, which the virtual clock of this suite cannot move ({why})"
+            )
+
+    def require_retained_done_jobs(self) -> None:
+        """Skip when completing a job deletes it from the store (SQS deletes the message)."""
+        if self.capabilities.native_lease:
+            pytest.skip(
+                "backend declares native_lease=True: its store (a message queue) deletes a "
+                "job's message when it completes, so no done job is retained"
+            )
+
     # -- time ------------------------------------------------------------------------------
     def now(self) -> float:
         return self.clock.now()

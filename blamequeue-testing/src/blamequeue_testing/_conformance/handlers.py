@@ -47,6 +47,7 @@ class TestHandlers:
         assert seen["expires"].tzinfo is not None
 
     async def test_sync_handler_failure_fails_the_attempt(self, conformance: Conformance) -> None:
+        conformance.require_virtual_time("the retry is reached by moving the clock")
         q, name = conformance.queue, conformance.name
         await q.enqueue(name, "x", max_attempts=2)
 
@@ -88,6 +89,7 @@ class TestHandlers:
     async def test_handler_raising_base_exception_fails_the_attempt(
         self, conformance: Conformance
     ) -> None:
+        conformance.require_virtual_time("the retry is reached by moving the clock")
         q, name = conformance.queue, conformance.name
         await q.enqueue(name, "x", max_attempts=2)
 

@@ -107,7 +107,7 @@ class TestLeaseFence:
                 conformance.advance(LEASE + 1)
                 await q.sweep()
                 tg.start_soon(run_second)
-                await second_started.wait()
+                await wait_for(second_started, "the second worker to start")
                 raise RuntimeError("failed after losing the lease")
 
             results["first"] = await q.tick(name, first, lease=LEASE)

@@ -56,6 +56,7 @@ class TestOrdering:
         self, conformance: Conformance
     ) -> None:
         conformance.require("delay", "due times cannot be checked")
+        conformance.require_virtual_time("due times are reached by moving the clock")
         q, name = conformance.queue, conformance.name
         await q.enqueue(name, "due third", delay=30)
         await q.enqueue(name, "due second", delay=20)
@@ -101,6 +102,7 @@ class TestDelay:
         self, conformance: Conformance
     ) -> None:
         conformance.require("delay", "delays cannot be checked")
+        conformance.require_virtual_time("delays are checked by moving the clock")
         q, name = conformance.queue, conformance.name
         due = conformance.now() + 10.0
         await q.enqueue(name, "later", delay=10)
@@ -117,6 +119,7 @@ class TestDelay:
 
     async def test_handler_sees_available_at_of_its_delay(self, conformance: Conformance) -> None:
         conformance.require("delay", "delays cannot be checked")
+        conformance.require_virtual_time("the delay is waited out by moving the clock")
         q, name = conformance.queue, conformance.name
         due = conformance.now() + 90.5
         await q.enqueue(name, "later", delay=90.5)
@@ -135,6 +138,7 @@ class TestDelay:
 
     async def test_fractional_delay_is_honoured(self, conformance: Conformance) -> None:
         conformance.require("delay", "delays cannot be checked")
+        conformance.require_virtual_time("delays are checked by moving the clock")
         q, name = conformance.queue, conformance.name
         due = conformance.now() + 0.25
         await q.enqueue(name, "soon", delay=0.25)
