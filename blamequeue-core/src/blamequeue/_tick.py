@@ -25,7 +25,9 @@ async def _run_one(
         with anyio.CancelScope(shield=True):
             await settle(runtime, [attempt], counts)
         raise
-    await settle(runtime, [attempt], counts)
+    # The handler ran: record its outcome even if the tick is cancelled meanwhile.
+    with anyio.CancelScope(shield=True):
+        await settle(runtime, [attempt], counts)
 
 
 async def run_tick(
@@ -45,19 +47,29 @@ async def run_tick(
     )
     counts = SettleCounts()
     attempts = [Attempt.start(lease_) for lease_ in leases]
-    if concurrency == 1:
-        for attempt in attempts:  # one after another, in lease order
-            await _run_one(runtime, attempt, handler, counts)
-    else:
-        limiter = anyio.CapacityLimiter(concurrency)
-
-        async def limited(attempt: Attempt) -> None:
-            async with limiter:
+    try:
+        if concurrency == 1:
+            for attempt in attempts:  # one after another, in lease order
                 await _run_one(runtime, attempt, handler, counts)
+        else:
+            limiter = anyio.CapacityLimiter(concurrency)
 
-        async with anyio.create_task_group() as tg:
-            for attempt in attempts:
-                tg.start_soon(limited, attempt)
+            async def limited(attempt: Attempt) -> None:
+                async with limiter:
+                    await _run_one(runtime, attempt, handler, counts)
+
+            async with anyio.create_task_group() as tg:
+                for attempt in attempts:
+                    tg.start_soon(limited, attempt)
+    except anyio.get_cancelled_exc_class():
+        # Jobs leased but not started yet must not wait out their lease (and lose an attempt):
+        # hand them back with the ones that were running.
+        waiting = [a for a in attempts if a.settlement is None]
+        for attempt in waiting:
+            attempt.settlement = release(runtime, attempt)
+        with anyio.CancelScope(shield=True):
+            await settle(runtime, waiting, counts)
+        raise
     try:
         depth: int | None = await runtime.call("size", lambda: runtime.backend.size(queue_name))
     except QueueError:
