@@ -20,8 +20,12 @@ from ._models import (
     FlowResult,
     FlowStatus,
     Job,
+    JobInfo,
+    JobPage,
+    QueueInfo,
     RateLimit,
     TickResult,
+    WorkerInfo,
 )
 from ._queue import Queue
 from .errors import QueueError
@@ -45,14 +49,18 @@ __all__ = [
     "FlowStatus",
     "Job",
     "JobContext",
+    "JobInfo",
+    "JobPage",
     "JsonlAuditSink",
     "LinearBackoff",
     "LoggingAuditSink",
     "Queue",
     "QueueError",
+    "QueueInfo",
     "RateLimit",
     "ScheduleBackoff",
     "TickResult",
+    "WorkerInfo",
     "__version__",
     "hookimpl",
 ]

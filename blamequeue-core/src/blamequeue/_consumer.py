@@ -19,6 +19,7 @@ import attrs
 
 from ._execution import Attempt, Handler, SettleCounts, release, run_attempt, settle
 from ._models import RateLimit
+from ._presence import Presence
 from ._runtime import BackendRuntime
 from .errors import QueueError
 
@@ -80,8 +81,14 @@ class Consumer:
         self._aborting = False
         self._stopped = anyio.Event()
         self._lease_errors = 0
+        self._presence = Presence(runtime, self)
 
     # -- public ---------------------------------------------------------------------------
+    @property
+    def id(self) -> str:
+        """This consumer's id in the backend's worker registry (``Queue.workers``)."""
+        return self._presence.id
+
     def cancel(self) -> None:
         """Stop leasing now.  Handlers already running finish on their own and are settled."""
         self._cancelled = True
@@ -126,10 +133,13 @@ class Consumer:
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
         try:
+            # Registered before consume() returns, so Queue.workers() lists it at once.
+            await self._presence.beat()
             # A fixed pool of `concurrency` workers takes leased jobs from a deque: spawning a
             # task per job, or a stream receive per job, costs more than a no-op handler does.
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._settle_loop)
+                tg.start_soon(self._presence.run)
                 if self._heartbeat:
                     tg.start_soon(self._heartbeat_loop)
                 for _ in range(self.concurrency):
@@ -149,7 +159,10 @@ class Consumer:
             raise
         finally:
             self._cancelled = True
-            self._stopped.set()
+            try:
+                await self._presence.leave()
+            finally:
+                self._stopped.set()
 
     async def _worker(self) -> None:
         ready = self._ready

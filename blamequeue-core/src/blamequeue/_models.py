@@ -20,8 +20,12 @@ __all__ = [
     "FlowResult",
     "FlowStatus",
     "Job",
+    "JobInfo",
+    "JobPage",
+    "QueueInfo",
     "RateLimit",
     "TickResult",
+    "WorkerInfo",
 ]
 
 BreakerState = Literal["closed", "open", "half-open"]
@@ -46,6 +50,71 @@ class Job:
     available_at: datetime
     last_error: str | None
     flow_id: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class JobInfo:
+    """A job and where it stands: what :meth:`Queue.job_info` and :meth:`Queue.list_jobs`
+    return to operators (a handler gets the bare :class:`Job`)."""
+
+    job: Job
+    state: JobState
+    """``pending`` (delayed ones too), ``inflight``, ``parked`` (a flow child waiting for its
+    dependencies), ``done`` (kept ``retain_done`` seconds) or ``dead`` (in the DLQ)."""
+    backend: str
+    """The name of the backend holding it."""
+    finished_at: datetime | None = None
+    """When it became ``done`` or ``dead``."""
+    depends_on: tuple[str, ...] = ()
+    """Ids of the flow siblings it waits for."""
+    payload_error: str | None = None
+    """Why ``job.payload`` is ``None``: the stored payload could not be unsealed."""
+
+
+@attrs.frozen(kw_only=True)
+class JobPage:
+    """One page of :meth:`Queue.list_jobs`; pass ``next_cursor`` back for the next one."""
+
+    jobs: list[JobInfo]
+    next_cursor: str | None = None
+    """``None`` on the last page."""
+
+
+@attrs.frozen(kw_only=True)
+class QueueInfo:
+    """One queue of a backend and how many jobs it holds in each state."""
+
+    name: str
+    backend: str
+    pending: int = 0
+    inflight: int = 0
+    parked: int = 0
+    done: int = 0
+    dead: int = 0
+
+    @property
+    def size(self) -> int:
+        """Live jobs, as :meth:`Queue.size` counts them: pending + inflight + parked."""
+        return self.pending + self.inflight + self.parked
+
+
+@attrs.frozen(kw_only=True)
+class WorkerInfo:
+    """A live consumer, as it last reported itself in the backend's worker registry."""
+
+    id: str
+    backend: str
+    queue: str
+    host: str
+    pid: int
+    concurrency: int
+    started_at: datetime
+    last_heartbeat: datetime
+    in_flight: int
+    """Handlers running at the last heartbeat."""
+    succeeded: int
+    failed: int
+    """Failed attempts (retried or dead-lettered) since it started."""
 
 
 @attrs.frozen(kw_only=True)

@@ -19,9 +19,18 @@ from ._backoff import parse_backoff
 from ._clock import SystemClock
 from ._consumer import Consumer
 from ._environment import config_from_env
-from ._execution import LEASE_EXPIRED, Handler, emit_dead, to_dead_letter
+from ._execution import LEASE_EXPIRED, Handler, emit_dead, to_dead_letter, to_job
 from ._flows import flow_name, plan_flow
 from ._ids import new_job_id
+from ._inspection import (
+    check_cursor,
+    check_job_id,
+    check_page_limit,
+    check_state,
+    to_job_info,
+    to_queue_info,
+    to_worker_info,
+)
 from ._models import (
     BackendStatus,
     BreakerState,
@@ -31,10 +40,16 @@ from ._models import (
     FlowJob,
     FlowResult,
     FlowStatus,
+    Job,
+    JobInfo,
+    JobPage,
+    QueueInfo,
     RateLimit,
     TickResult,
+    WorkerInfo,
 )
 from ._plugins import load_registry
+from ._presence import LIVE_FOR
 from ._runtime import BackendRuntime, build_runtime
 from ._sealing import parse_seal_config
 from ._tick import run_tick
@@ -671,6 +686,73 @@ class Queue:
             data={"deleted": count},
         )
         return count
+
+    # -- inspection --------------------------------------------------------------------------
+    async def get_job(self, job_id: str, *, backend: str | None = None) -> Job | None:
+        """The job with ``job_id`` in any state, or ``None`` when the backend holds none (never
+        enqueued, purged, or done and pruned after ``retain_done``).
+
+        Its state is in :meth:`job_info`.  A payload that cannot be unsealed raises
+        ``queue/unseal-failed`` (``job_info`` shows such a job anyway).
+        """
+        runtime = self._runtime(backend)
+        check_job_id(job_id)
+        stored = await runtime.call("get_job", lambda: runtime.backend.get_job(job_id))
+        return None if stored is None else to_job(runtime, stored)
+
+    async def job_info(self, job_id: str, *, backend: str | None = None) -> JobInfo | None:
+        """The job with ``job_id`` and its state (:class:`JobInfo`), or ``None``."""
+        runtime = self._runtime(backend)
+        check_job_id(job_id)
+        stored = await runtime.call("get_job", lambda: runtime.backend.get_job(job_id))
+        return None if stored is None else to_job_info(runtime, stored)
+
+    async def list_jobs(
+        self,
+        queue_name: str,
+        *,
+        state: str | None = None,
+        limit: int = 100,
+        cursor: str | None = None,
+        backend: str | None = None,
+    ) -> JobPage:
+        """One page of the queue's jobs, by state (pending, inflight, parked, done, dead) then
+        enqueue order; ``state`` keeps one state only.
+
+        Pass ``page.next_cursor`` as ``cursor`` for the next page (``None``: last page).  A
+        job that changes state between two pages may be missed or seen twice.  ``state`` not
+        a state, ``limit`` outside 1..1000, or a cursor this backend did not hand out →
+        ``queue/bad-argument``.
+        """
+        runtime = self._runtime(backend)
+        check_queue_name(queue_name)
+        wanted = check_state(state)
+        limit = check_page_limit(limit)
+        cursor = check_cursor(cursor)
+        page = await runtime.call(
+            "list_jobs",
+            lambda: runtime.backend.list_jobs(queue_name, state=wanted, limit=limit, cursor=cursor),
+        )
+        return JobPage(
+            jobs=[to_job_info(runtime, stored) for stored in page.jobs],
+            next_cursor=page.next_cursor,
+        )
+
+    async def queues(self, *, backend: str | None = None) -> list[QueueInfo]:
+        """Every queue of the backend that holds jobs, by name, with its count per state."""
+        runtime = self._runtime(backend)
+        counts = await runtime.call("queue_counts", runtime.backend.queue_counts)
+        return [to_queue_info(runtime.name, name, counts[name]) for name in sorted(counts)]
+
+    async def workers(self, *, backend: str | None = None) -> list[WorkerInfo]:
+        """The live consumers of the backend, from any process: each registers itself when it
+        starts and heartbeats every few seconds; one silent for 15 s is not live."""
+        runtime = self._runtime(backend)
+        alive_since = self._clock.now() - LIVE_FOR
+        records = await runtime.call(
+            "list_workers", lambda: runtime.backend.list_workers(alive_since=alive_since)
+        )
+        return [to_worker_info(runtime.name, record) for record in records]
 
     def list_backends(self) -> list[BackendStatus]:
         if not self._started:

@@ -53,16 +53,23 @@ __all__ = [
     "BackendContext",
     "Capabilities",
     "Clock",
+    "JOB_STATES",
+    "JobCursor",
     "JobState",
     "Lease",
     "NewJob",
     "Settlement",
     "StoredJob",
+    "StoredJobPage",
     "SweepResult",
+    "WorkerRecord",
 ]
 
 JobState = Literal["pending", "inflight", "done", "dead", "parked"]
 Outcome = Literal["done", "retry", "dead", "release"]
+
+#: Every state, in the order :meth:`Backend.list_jobs` lists them (a job's lifecycle order).
+JOB_STATES: tuple[JobState, ...] = ("pending", "inflight", "parked", "done", "dead")
 
 
 class Clock(Protocol):
@@ -93,6 +100,11 @@ class Capabilities:
       no seal key configured, its jobs are sealed with a key made for this process.  A durable
       store with neither a key nor a :attr:`Backend.store_path` to keep a key file beside is
       refused at construction.
+    * ``inspection``: the inspection methods work (:meth:`Backend.get_job`,
+      :meth:`Backend.list_jobs`, :meth:`Backend.queue_counts` and the worker registry:
+      :meth:`Backend.worker_heartbeat`, :meth:`Backend.worker_gone`,
+      :meth:`Backend.list_workers`).  A backend that can answer only some of them leaves it
+      false and refuses the others (the defaults of :class:`Backend` do).
     * ``async_libraries``: the event loops it runs on.
     """
 
@@ -104,6 +116,7 @@ class Capabilities:
     cross_process_wakeup: bool = False
     requires_seal_key: bool = False
     ephemeral: bool = False
+    inspection: bool = False
     async_libraries: frozenset[str] = frozenset({"asyncio", "trio"})
 
 
@@ -204,6 +217,88 @@ class SweepResult:
     """Expired leases whose attempts were exhausted, now ``dead`` (for audit events)."""
     pruned: int = 0
     """``done`` jobs deleted because their retention passed."""
+
+
+@attrs.frozen(kw_only=True)
+class StoredJobPage:
+    """One page of :meth:`Backend.list_jobs`."""
+
+    jobs: Sequence[StoredJob]
+    next_cursor: str | None = None
+    """Pass it back as ``cursor`` for the next page; ``None`` on the last page."""
+
+
+@attrs.frozen(kw_only=True)
+class WorkerRecord:
+    """One running consumer as it registers itself in the backend (the worker registry).
+
+    The core writes it when the consumer starts and again at each heartbeat (every few
+    seconds, with fresh ``heartbeat_at`` and counts); the backend stores the latest one per
+    ``id`` verbatim.
+    """
+
+    id: str
+    """Unique per consumer (``"worker-"`` + a ULID)."""
+    queue: str
+    host: str
+    pid: int
+    concurrency: int
+    started_at: float
+    heartbeat_at: float
+    in_flight: int = 0
+    """Handlers running at the last heartbeat."""
+    succeeded: int = 0
+    failed: int = 0
+
+
+@attrs.frozen(kw_only=True)
+class JobCursor:
+    """A ready-made :meth:`Backend.list_jobs` cursor for stores that number jobs in enqueue
+    order: the position ``(state, seq)`` of the last job of a page.
+
+    ``encode()`` gives the opaque string handed to callers (``"pending:42"``); ``decode()``
+    reads it back and raises ``queue/bad-argument`` for anything else.  A backend may use its
+    own format instead.
+    """
+
+    state: JobState
+    seq: int
+
+    def encode(self) -> str:
+        """The cursor as callers see it: ``"<state>:<seq>"``."""
+        return f"{self.state}:{self.seq}"
+
+    @classmethod
+    def decode(cls, text: str) -> JobCursor:
+        """Read a cursor made by :meth:`encode`; anything else is ``queue/bad-argument``."""
+        state, sep, seq = text.partition(":")
+        if sep and state in JOB_STATES and seq.isdigit() and seq.isascii():
+            return cls(state=state, seq=int(seq))
+        from .errors import BadArgumentError
+
+        raise BadArgumentError(
+            "queue/bad-argument",
+            f"cursor {text[:40]!r} is not one this backend handed out; pass the next_cursor of "
+            f"the previous page, or no cursor for the first page",
+        )
+
+    def after(self, state: JobState, seq: int) -> bool:
+        """Whether the job at ``(state, seq)`` comes after this position in listing order."""
+        rank, mine = JOB_STATES.index(state), JOB_STATES.index(self.state)
+        return rank > mine or (rank == mine and seq > self.seq)
+
+
+def _inspection_unsupported(backend: Backend, what: str) -> Exception:
+    from .errors import UnsupportedError
+
+    # No code of the closed set says "cannot inspect"; invalid-config is the nearest: the call
+    # cannot work with the backend as configured.
+    return UnsupportedError(
+        "queue/invalid-config",
+        f"backend {backend.context.name!r} (protocol {backend.protocol!r}) cannot {what}; "
+        f"inspection needs a backend whose capabilities include inspection (e.g. 'local', "
+        f"'memory')",
+    )
 
 
 class Backend(abc.ABC):
@@ -338,3 +433,54 @@ class Backend(abc.ABC):
             "queue/flow-unsupported",
             f"protocol {self.protocol!r} cannot park and release flow children",
         )
+
+    # -- inspection (only with Capabilities.inspection) ---------------------------------------
+    # Reads for operators, the CLI and dashboards, and the worker registry each consumer writes
+    # every few seconds: never on the lease/settle path.  Each read is consistent on its own;
+    # two reads (two pages) may see the store between transitions.  Backends without the
+    # capability keep these defaults, which refuse with an UnsupportedError saying so (the
+    # core then stops writing the registry).
+    async def get_job(self, job_id: str) -> StoredJob | None:
+        """The job with ``job_id`` in any state, or ``None`` when the store holds none (never
+        enqueued, purged, or a ``done`` job pruned after its retention)."""
+        raise _inspection_unsupported(self, "look up jobs by id")
+
+    async def list_jobs(
+        self, queue: str, *, state: JobState | None, limit: int, cursor: str | None
+    ) -> StoredJobPage:
+        """One page of the jobs of ``queue``, at most ``limit`` (>= 1) of them.
+
+        Order: by state in :data:`JOB_STATES` order, then enqueue order; ``state`` keeps
+        only the jobs in that state.  ``cursor`` is ``None`` for the first page, else the
+        ``next_cursor`` of the page before: the page starts right after the job that cursor
+        names, in that order (keyset paging: no job is skipped or repeated unless it changes
+        state between pages; the cost of a page does not grow with how far in it is).
+        ``next_cursor`` is ``None`` when no job follows.  The cursor is the backend's own
+        opaque string; one it cannot read raises ``queue/bad-argument``.
+        """
+        raise _inspection_unsupported(self, "list jobs")
+
+    async def queue_counts(self) -> dict[str, dict[JobState, int]]:
+        """How many jobs each queue holds in each state: ``{queue: {state: count}}``.
+
+        Every queue holding at least one job appears, with all five states as keys.
+        """
+        raise _inspection_unsupported(self, "count jobs per queue and state")
+
+    async def worker_heartbeat(self, worker: WorkerRecord) -> None:
+        """Store ``worker`` under ``worker.id``, replacing the record stored before (the first
+        call registers the worker)."""
+        raise _inspection_unsupported(self, "keep a worker registry")
+
+    async def worker_gone(self, worker_id: str) -> None:
+        """Delete the record of ``worker_id`` (a consumer stopped).  Unknown ids are ignored."""
+        raise _inspection_unsupported(self, "keep a worker registry")
+
+    async def list_workers(self, *, alive_since: float) -> list[WorkerRecord]:
+        """The records whose ``heartbeat_at >= alive_since``, ordered by ``(queue,
+        started_at, id)``.
+
+        Older records belong to workers that died without deregistering; the backend may
+        delete them now.
+        """
+        raise _inspection_unsupported(self, "keep a worker registry")

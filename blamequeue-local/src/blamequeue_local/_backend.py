@@ -22,15 +22,19 @@ import anyio
 import anyio.to_thread
 
 from blamequeue.abc import (
+    JOB_STATES,
     Backend,
     BackendContext,
     Capabilities,
+    JobCursor,
     JobState,
     Lease,
     NewJob,
     Settlement,
     StoredJob,
+    StoredJobPage,
     SweepResult,
+    WorkerRecord,
 )
 from blamequeue.errors import BackendUnavailableError, BadArgumentError, QueueError
 from blamequeue_local._aiosqlite_store import AiosqliteStore, is_aiosqlite_connection
@@ -144,6 +148,7 @@ class LocalBackend(Backend):
         dlq=True,
         flows=True,
         cross_process_wakeup=True,
+        inspection=True,
         async_libraries=frozenset({"asyncio", "trio"}),
     )
 
@@ -489,3 +494,77 @@ class LocalBackend(Backend):
 
     async def dlq_purge(self, queue: str) -> int:
         return await self._execute(self._sql.dlq_purge, (queue,))
+
+    # -- inspection ----------------------------------------------------------------------------
+    async def get_job(self, job_id: str) -> StoredJob | None:
+        row = await self._one(self._sql.get_job, (job_id,))
+        return None if row is None else stored_job(row)
+
+    async def list_jobs(
+        self, queue: str, *, state: JobState | None, limit: int, cursor: str | None
+    ) -> StoredJobPage:
+        after = None if cursor is None else JobCursor.decode(cursor)
+        states = JOB_STATES if state is None else (state,)
+        rows: list[Row] = []
+        # One indexed statement per state, in listing order, until the page (plus one row, to
+        # know whether another page follows) is full.
+        for name in states:
+            if after is not None and JOB_STATES.index(name) < JOB_STATES.index(after.state):
+                continue
+            seq = after.seq if after is not None and name == after.state else 0
+            rows += await self._all(self._sql.list_jobs, (queue, name, seq, limit + 1 - len(rows)))
+            if len(rows) > limit:
+                break
+        page = [stored_job(row) for row in rows[:limit]]
+        next_cursor = None
+        if len(rows) > limit:
+            last = rows[limit - 1]
+            next_cursor = JobCursor(state=page[-1].state, seq=int(last[15])).encode()
+        return StoredJobPage(jobs=page, next_cursor=next_cursor)
+
+    async def queue_counts(self) -> dict[str, dict[JobState, int]]:
+        counts: dict[str, dict[JobState, int]] = {}
+        for queue, state, count in await self._all(self._sql.queue_counts, ()):
+            if state in JOB_STATES:
+                per_state = counts.setdefault(str(queue), dict.fromkeys(JOB_STATES, 0))
+                per_state[cast(JobState, state)] = int(count)
+        return counts
+
+    async def worker_heartbeat(self, worker: WorkerRecord) -> None:
+        await self._execute(
+            self._sql.worker_heartbeat,
+            (
+                worker.id,
+                worker.queue,
+                worker.host,
+                worker.pid,
+                worker.concurrency,
+                worker.started_at,
+                worker.heartbeat_at,
+                worker.in_flight,
+                worker.succeeded,
+                worker.failed,
+            ),
+        )
+
+    async def worker_gone(self, worker_id: str) -> None:
+        await self._execute(self._sql.worker_gone, (worker_id,))
+
+    async def list_workers(self, *, alive_since: float) -> list[WorkerRecord]:
+        await self._execute(self._sql.workers_prune, (alive_since,))
+        rows = await self._all(self._sql.workers_list, (alive_since,))
+        return [
+            WorkerRecord(
+                id=row[0],
+                queue=row[1],
+                host=row[2],
+                pid=int(row[3]),
+                concurrency=int(row[4]),
+                started_at=float(row[5]),
+                heartbeat_at=float(row[6]),
+                in_flight=int(row[7]),
+                succeeded=int(row[8]),
+                failed=int(row[9]),
+            )
+            for row in rows
+        ]

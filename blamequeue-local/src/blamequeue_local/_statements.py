@@ -22,12 +22,18 @@ __all__ = [
     "ENQUEUE_VALUES_MAX",
     "MAX_PARAMETERS",
     "Statements",
+    "WORKER_COLUMNS",
 ]
 
 #: The columns of a job, in the order :func:`blamequeue_local._backend.stored_job` reads them.
 COLUMNS: Final = (
     "id, queue, state, payload, priority, attempts, max_attempts, created_at, available_at, "
     "classification, trace_id, last_error, meta, flow_id, finished_at, seq, depends_on"
+)
+
+#: The columns of the worker registry, in the order of :class:`blamequeue.abc.WorkerRecord`.
+WORKER_COLUMNS: Final = (
+    "id, queue, host, pid, concurrency, started_at, heartbeat_at, in_flight, succeeded, failed"
 )
 
 #: The columns :meth:`Statements.enqueue_values` binds, in order.
@@ -61,6 +67,7 @@ class Statements:
         prefix = f'"{schema}".' if schema is not None else ""
         t = f'{prefix}"{table}"'
         self.table = t
+        w = self.workers = f'{prefix}"{table}_workers"'
 
         # ``seq`` (the rowid) is the enqueue order; ``id`` is the public job id.  payload,
         # last_error and meta are opaque text from the core, stored verbatim.  depends_on is
@@ -125,6 +132,24 @@ class Statements:
                                   JOIN "{table}" AS p ON p.id = d.value
                                   WHERE p.state <> 'done');
             END""",
+            # Inspection: list_jobs pages through one state of a queue in enqueue order
+            # (keyset on seq), so a page costs the same wherever it starts.
+            f'CREATE INDEX IF NOT EXISTS {prefix}"{table}_list_idx" '
+            f'ON "{table}" (queue, state, seq)',
+            # The worker registry: one row per running consumer, refreshed by its heartbeat.
+            f"""
+            CREATE TABLE IF NOT EXISTS {self.workers} (
+                id TEXT PRIMARY KEY,
+                queue TEXT NOT NULL,
+                host TEXT NOT NULL,
+                pid INTEGER NOT NULL,
+                concurrency INTEGER NOT NULL,
+                started_at REAL NOT NULL,
+                heartbeat_at REAL NOT NULL,
+                in_flight INTEGER NOT NULL DEFAULT 0,
+                succeeded INTEGER NOT NULL DEFAULT 0,
+                failed INTEGER NOT NULL DEFAULT 0
+            )""",
         )
         # Migration of a table made by an earlier version: which columns it has.  Missing
         # columns are added after the CREATE TABLE and before everything else.
@@ -239,6 +264,38 @@ class Statements:
         self.dlq_size = f"SELECT count(*) FROM {t} WHERE queue = ?1 AND state = 'dead'"
 
         self.dlq_purge = f"DELETE FROM {t} WHERE queue = ?1 AND state = 'dead'"
+
+        # -- inspection ----------------------------------------------------------------------
+        self.get_job = f"SELECT {COLUMNS} FROM {t} WHERE id = ?1"
+
+        # Params: queue, state, after seq (0: from the start), limit.
+        self.list_jobs = f"""
+            SELECT {COLUMNS} FROM {t}
+            WHERE queue = ?1 AND state = ?2 AND seq > ?3
+            ORDER BY seq
+            LIMIT ?4"""
+
+        self.queue_counts = f"SELECT queue, state, count(*) FROM {t} GROUP BY queue, state"
+
+        # Params: the WORKER_COLUMNS, in order.
+        self.worker_heartbeat = f"""
+            INSERT INTO {w} ({WORKER_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
+            ON CONFLICT (id) DO UPDATE SET
+                queue = excluded.queue, host = excluded.host, pid = excluded.pid,
+                concurrency = excluded.concurrency, started_at = excluded.started_at,
+                heartbeat_at = excluded.heartbeat_at, in_flight = excluded.in_flight,
+                succeeded = excluded.succeeded, failed = excluded.failed"""
+
+        self.worker_gone = f"DELETE FROM {w} WHERE id = ?1"
+
+        # Param: alive_since.  Records of workers that died without deregistering.
+        self.workers_prune = f"DELETE FROM {w} WHERE heartbeat_at < ?1"
+
+        # Param: alive_since.
+        self.workers_list = f"""
+            SELECT {WORKER_COLUMNS} FROM {w}
+            WHERE heartbeat_at >= ?1
+            ORDER BY queue, started_at, id"""
 
     def _settle(self, source: str) -> str:
         # The token stays on the row after settlement, so RETURNING (which may only read the

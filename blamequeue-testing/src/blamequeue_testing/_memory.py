@@ -33,15 +33,19 @@ import anyio
 import anyio.lowlevel
 
 from blamequeue.abc import (
+    JOB_STATES,
     Backend,
     BackendContext,
     Capabilities,
+    JobCursor,
     JobState,
     Lease,
     NewJob,
     Settlement,
     StoredJob,
+    StoredJobPage,
     SweepResult,
+    WorkerRecord,
 )
 from blamequeue.errors import BadArgumentError, ConfigError
 
@@ -158,6 +162,7 @@ class _Store:
         # Flows: parked jobs by the id of each job they wait for, and every job by flow id.
         self.dependants: dict[str, list[_Row]] = {}
         self.flows: dict[str, dict[str, _Row]] = {}
+        self.workers: dict[str, WorkerRecord] = {}  # the worker registry, by id
 
     def index(self, queue: str) -> _QueueIndex:
         index = self.queues.get(queue)
@@ -260,7 +265,12 @@ class MemoryBackend(Backend):
 
     protocol: ClassVar[str] = "memory"
     capabilities: ClassVar[Capabilities] = Capabilities(
-        dlq=True, flows=True, native_lease=False, cross_process_wakeup=False, ephemeral=True
+        dlq=True,
+        flows=True,
+        native_lease=False,
+        cross_process_wakeup=False,
+        ephemeral=True,
+        inspection=True,
     )
 
     def __init__(self, options: Mapping[str, Any], context: BackendContext) -> None:
@@ -556,20 +566,62 @@ class MemoryBackend(Backend):
             rows = sorted(members.values(), key=lambda row: row.seq)
             return [row.snapshot() for row in rows]
 
-    # -- extras for tests (not part of the backend contract) --------------------------------
+    # -- inspection ----------------------------------------------------------------------------
     async def get_job(self, job_id: str) -> StoredJob | None:
-        """The job with ``job_id`` in any state, or ``None``."""
         await anyio.lowlevel.checkpoint()
         with self._store.lock:
             row = self._store.jobs.get(job_id)
             return None if row is None else row.snapshot()
 
-    async def list_jobs(self, queue: str, *, state: JobState | None = None) -> list[StoredJob]:
-        """The jobs of ``queue`` (optionally only those in ``state``), in enqueue order."""
+    async def list_jobs(
+        self, queue: str, *, state: JobState | None, limit: int, cursor: str | None
+    ) -> StoredJobPage:
         await anyio.lowlevel.checkpoint()
+        after = None if cursor is None else JobCursor.decode(cursor)
         with self._store.lock:
             index = self._store.queues.get(queue)
             if index is None:
-                return []
-            rows = sorted(index.rows.values(), key=lambda row: row.seq)
-            return [row.snapshot() for row in rows if state is None or row.state == state]
+                return StoredJobPage(jobs=[])
+            rows = [
+                row
+                for row in index.rows.values()
+                if (state is None or row.state == state)
+                and (after is None or after.after(row.state, row.seq))
+            ]
+            # A scan per page: fine for a store that lives in a test process.
+            rows.sort(key=lambda row: (JOB_STATES.index(row.state), row.seq))
+            page = rows[:limit]
+            more = len(rows) > limit
+            return StoredJobPage(
+                jobs=[row.snapshot() for row in page],
+                next_cursor=JobCursor(state=page[-1].state, seq=page[-1].seq).encode()
+                if more
+                else None,
+            )
+
+    async def queue_counts(self) -> dict[str, dict[JobState, int]]:
+        await anyio.lowlevel.checkpoint()
+        with self._store.lock:
+            return {
+                name: dict(index.counts)
+                for name, index in self._store.queues.items()
+                if any(index.counts.values())
+            }
+
+    async def worker_heartbeat(self, worker: WorkerRecord) -> None:
+        await anyio.lowlevel.checkpoint()
+        with self._store.lock:
+            self._store.workers[worker.id] = worker
+
+    async def worker_gone(self, worker_id: str) -> None:
+        await anyio.lowlevel.checkpoint()
+        with self._store.lock:
+            self._store.workers.pop(worker_id, None)
+
+    async def list_workers(self, *, alive_since: float) -> list[WorkerRecord]:
+        await anyio.lowlevel.checkpoint()
+        with self._store.lock:
+            workers = self._store.workers
+            for worker_id in [w.id for w in workers.values() if w.heartbeat_at < alive_since]:
+                del workers[worker_id]
+            return sorted(workers.values(), key=lambda w: (w.queue, w.started_at, w.id))

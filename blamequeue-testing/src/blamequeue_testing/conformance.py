@@ -50,6 +50,13 @@ from ._conformance.fixtures import (
 )
 from ._conformance.flows import TestFlows, TestFlowValidation, TestWithoutFlows
 from ._conformance.handlers import TestHandlers
+from ._conformance.inspection import (
+    TestGetJob,
+    TestListJobs,
+    TestQueueCounts,
+    TestWithoutInspection,
+    TestWorkers,
+)
 from ._conformance.leases import (
     TestExtendLease,
     TestHeartbeat,
@@ -80,13 +87,16 @@ __all__ = [
     "TestExtendLease",
     "TestFlowValidation",
     "TestFlows",
+    "TestGetJob",
     "TestHandlers",
     "TestHeartbeat",
     "TestLeaseFence",
     "TestLifecycle",
     "TestLifecycleErrors",
+    "TestListJobs",
     "TestOrdering",
     "TestPurge",
+    "TestQueueCounts",
     "TestRateLimit",
     "TestRetention",
     "TestSealKeyFile",
@@ -97,6 +107,8 @@ __all__ = [
     "TestTick",
     "TestWithoutDeadLetterQueue",
     "TestWithoutFlows",
+    "TestWithoutInspection",
+    "TestWorkers",
     "anyio_backend",
     "conformance",
     "conformance_audit",

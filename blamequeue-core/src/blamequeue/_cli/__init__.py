@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from blamequeue import __version__
 from blamequeue.errors import QueueError
 
-from . import _audit, _bench, _demo, _keygen, _worker
+from . import _audit, _bench, _demo, _dlq, _inspect, _keygen, _ops, _worker
 from ._running import (
     EXIT_INTERRUPTED,
     EXIT_USAGE,
@@ -43,17 +43,27 @@ examples:
       run app/tasks.py's send_email(job, ctx) over the "emails" queue until Ctrl-C
   blamequeue bench --backend local --json
       measure throughput, latency and memory on the SQLite backend
+  blamequeue enqueue emails '{"to": "ada@example.com"}'
+      add a job; prints its id
+  blamequeue queues; blamequeue jobs emails --state dead; blamequeue job JOB_ID
+      see what the queues hold (every read command takes --json)
+  blamequeue dlq retry JOB_ID
+      put a dead job back to pending
 
-configuration (worker):
+configuration:
   BLAMEQUEUE_PROTOCOL      local (default) | redis | sqs | memory
   BLAMEQUEUE_LOCAL_PATH    the SQLite file of the local backend (default ./blamequeue.db)
   BLAMEQUEUE_REDIS_URL, BLAMEQUEUE_SQS_QUEUE_URL, BLAMEQUEUE_SEAL_KEYS,
   BLAMEQUEUE_SWEEP_INTERVAL, ...: see the documentation of Queue.from_env
+  --config FILE.toml       several backends from a file ([backends.NAME] tables with the keys
+                           of Queue(backends=...), plus default_backend and sweep_interval)
 
 exit codes:
   0    success (including a worker stopped gracefully by SIGINT/SIGTERM)
   1    runtime error: printed as "error: [code] message" on stderr
-  2    usage or configuration error: bad option, handler not importable, invalid config
+  2    usage or configuration error: bad option or argument, handler not importable,
+       invalid config or config file, unknown --backend, purge without --yes off a terminal
+  3    not found: `job` or `dlq retry` of an id no backend holds
   130  interrupted (Ctrl-C outside a worker's graceful shutdown)
 
 `blamequeue COMMAND --help` shows each command's options and examples.
@@ -77,6 +87,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _demo.add_parser(subparsers)
     _worker.add_parser(subparsers)
+    _ops.add_parser(subparsers)
+    _inspect.add_parser(subparsers)
+    _dlq.add_parser(subparsers)
     _bench.add_parser(subparsers)
     _keygen.add_parser(subparsers)
     _audit.add_parser(subparsers)

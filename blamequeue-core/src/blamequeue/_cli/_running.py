@@ -18,6 +18,7 @@ from blamequeue.errors import QueueError
 __all__ = [
     "EXIT_ERROR",
     "EXIT_INTERRUPTED",
+    "EXIT_NOT_FOUND",
     "EXIT_OK",
     "EXIT_USAGE",
     "LOOPS",
@@ -35,12 +36,18 @@ __all__ = [
 EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_USAGE = 2
+EXIT_NOT_FOUND = 3
 EXIT_INTERRUPTED = 130
 
 LOOPS = ("asyncio", "trio")
 
 #: Codes that mean "what you asked for cannot work as configured" rather than "it broke".
-_CONFIG_CODES = frozenset({"queue/invalid-config", "queue/deferred-protocol"})
+_CONFIG_CODES = frozenset(
+    {"queue/invalid-config", "queue/deferred-protocol", "queue/unknown-backend"}
+)
+#: Codes that, raised by a command, mean an argument on its command line was wrong.
+_USAGE_CODES = frozenset({"queue/bad-argument", "queue/bad-payload"})
+_NOT_FOUND_CODES = frozenset({"queue/job-not-found"})
 
 T = TypeVar("T")
 
@@ -50,7 +57,9 @@ class UsageError(Exception):
 
 
 def exit_code_for(exc: QueueError) -> int:
-    return EXIT_USAGE if exc.code in _CONFIG_CODES else EXIT_ERROR
+    if exc.code in _NOT_FOUND_CODES:
+        return EXIT_NOT_FOUND
+    return EXIT_USAGE if exc.code in _CONFIG_CODES | _USAGE_CODES else EXIT_ERROR
 
 
 def say(message: str) -> None:

@@ -24,6 +24,7 @@ import anyio
 from blamequeue import Consumer, Queue, __version__
 from blamequeue._execution import Handler
 
+from ._config import load_config
 from ._running import (
     EXIT_INTERRUPTED,
     EXIT_OK,
@@ -131,6 +132,12 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="SQLite file of the local backend (sets BLAMEQUEUE_LOCAL_PATH)",
     )
     source.add_argument(
+        "--config",
+        metavar="FILE",
+        help="TOML file with [backends.NAME] tables (as `blamequeue jobs --help` shows); the "
+        "worker consumes from its default_backend",
+    )
+    source.add_argument(
         "--backend-config",
         metavar="JSON",
         help='one backend\'s config as JSON, e.g. \'{"protocol": "local", "path": "jobs.db"}\', '
@@ -230,6 +237,8 @@ def _backend_config(text: str) -> dict[str, Any]:
 def build_queue(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> Queue:
     """The worker's queue: one backend named ``default``."""
     environ = dict(os.environ if env is None else env)
+    if getattr(args, "config", None) is not None:
+        return Queue(**load_config(args.config))
     if args.backend_config is not None:
         return Queue(backends={"default": _backend_config(args.backend_config)})
     if args.path is not None:
@@ -245,7 +254,13 @@ def build_queue(args: argparse.Namespace, env: Mapping[str, str] | None = None) 
 
 def _where(args: argparse.Namespace) -> str:
     """Where the jobs live, for the banner (never credentials)."""
-    if args.backend_config is not None:
+    if getattr(args, "config", None) is not None:
+        arguments = load_config(args.config)
+        backends = arguments["backends"]
+        config = backends.get(arguments.get("default_backend") or next(iter(backends)), {})
+        protocol = str(config.get("protocol"))
+        location = config.get("path") or config.get("url") or config.get("queue_url")
+    elif args.backend_config is not None:
         config = _backend_config(args.backend_config)
         protocol = str(config.get("protocol"))
         location = config.get("path") or config.get("url") or config.get("queue_url")

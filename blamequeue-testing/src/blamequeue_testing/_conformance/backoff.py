@@ -71,6 +71,7 @@ class TestBackoff:
     async def test_default_backoff_doubles_from_one_second(
         self, conformance: Conformance
     ) -> None:
+        conformance.require_default("backoff")
         conformance.require("delay", "retry delays cannot be checked")
         conformance.require_virtual_time("retry delays are checked by moving the clock")
         await _fail_and_check_delays(conformance, [1, 2, 4, 8, 16])
@@ -78,6 +79,7 @@ class TestBackoff:
     async def test_default_backoff_is_capped_at_300_seconds(
         self, conformance: Conformance
     ) -> None:
+        conformance.require_default("backoff")
         conformance.require("delay", "retry delays cannot be checked")
         conformance.require_virtual_time("retry delays are checked by moving the clock")
         await _fail_and_check_delays(conformance, [1, 2, 4, 8, 16, 32, 64, 128, 256, 300, 300])
@@ -111,6 +113,7 @@ class TestBackoff:
             await _fail_and_check_delays(conformance, [0.5, 1.5, 4.5, 10, 10], queue=q)
 
     async def test_job_backoff_list_sets_its_retry_delays(self, conformance: Conformance) -> None:
+        conformance.require_default("backoff")
         conformance.require("delay", "retry delays cannot be checked")
         conformance.require_virtual_time("retry delays are checked by moving the clock")
         await _fail_and_check_delays(conformance, [3, 7, 7], backoff=[3, 7])
@@ -124,6 +127,7 @@ class TestBackoff:
             )
 
     async def test_job_backoff_accepts_a_strategy_object(self, conformance: Conformance) -> None:
+        conformance.require_default("backoff")
         conformance.require("delay", "retry delays cannot be checked")
         conformance.require_virtual_time("retry delays are checked by moving the clock")
         await _fail_and_check_delays(conformance, [4, 4], backoff=FixedBackoff(delay=4))
@@ -155,6 +159,7 @@ class TestBackoff:
             assert len(set(delays)) > len(ids) // 2, "jitter does not spread retries"
 
     async def test_retry_is_not_due_before_its_backoff(self, conformance: Conformance) -> None:
+        conformance.require_default("backoff")
         conformance.require("delay", "retry delays cannot be checked")
         conformance.require_virtual_time("retry delays are checked by moving the clock")
         q, name = conformance.queue, conformance.name

@@ -85,21 +85,24 @@ class QueueFactory:
         self.audit = audit
         self._built: list[Queue] = []
 
-    def build(self, **overrides: Any) -> Queue:
-        """A new, not yet started queue; ``overrides`` replace keys of the backend config."""
+    def build(self, *, sweep_interval: float = 0, **overrides: Any) -> Queue:
+        """A new, not yet started queue; ``overrides`` replace keys of the backend config.
+
+        No sweep timer unless ``sweep_interval`` asks for one (it runs on the virtual clock).
+        """
         queue = Queue(
             backends={BACKEND: {**self.config, **overrides}},
             clock=self.clock,
-            sweep_interval=0,
+            sweep_interval=sweep_interval,
             audit_sinks=[self.audit],
         )
         self._built.append(queue)
         return queue
 
     @asynccontextmanager
-    async def open(self, **overrides: Any) -> AsyncIterator[Queue]:
+    async def open(self, *, sweep_interval: float = 0, **overrides: Any) -> AsyncIterator[Queue]:
         """A started queue from :meth:`build`, shut down on exit."""
-        queue = self.build(**overrides)
+        queue = self.build(sweep_interval=sweep_interval, **overrides)
         await queue.start()
         try:
             yield queue
@@ -145,6 +148,11 @@ class Conformance:
                 "backend declares native_lease=True: its store expires leases on its own clock, "
                 "which the virtual clock of this suite cannot move"
             )
+
+    def require_default(self, key: str) -> None:
+        """Skip a test of a built-in default when the backend config under test sets ``key``."""
+        if key in self.factory.config:
+            pytest.skip(f"bq_backend_config sets {key!r}; this test checks its default")
 
     def require_virtual_time(self, why: str) -> None:
         """Skip when the store keeps time itself (``native_lease``: SQS's visibility timeouts

@@ -229,6 +229,39 @@ class TestSweep:
         assert await conformance.size() == 3
         assert await conformance.leasable() == 3
 
+    async def test_sweep_timer_recovers_expired_leases_on_the_queue_clock(
+        self, conformance: Conformance
+    ) -> None:
+        name = conformance.name
+        lease = 30.0
+        first_started, release, rerun = anyio.Event(), anyio.Event(), anyio.Event()
+
+        async def dies(job: Job, ctx: JobContext) -> None:
+            first_started.set()
+            await release.wait()
+
+        async def recovers(job: Job, ctx: JobContext) -> None:
+            rerun.set()
+
+        async with conformance.factory.open(sweep_interval=5) as q:
+            await q.enqueue(name, "x")
+            dead_worker = await q.consume(
+                name, dies, lease=lease, heartbeat=False, poll_interval=0.05
+            )
+            await wait_for(first_started, "the first worker to take the job")
+            other = await q.consume(name, recovers, poll_interval=0.05)
+            conformance.advance(lease + 5)  # no sweep() call: the timer does it
+            await wait_for(rerun, "the sweep timer to hand the job to the other worker")
+            release.set()
+            for consumer in (dead_worker, other):
+                consumer.cancel()
+            with anyio.fail_after(10):
+                await dead_worker.wait_stopped()
+                await other.wait_stopped()
+            assert dead_worker.stats.stale == 1
+            assert other.stats.succeeded == 1
+            assert await q.size(name) == 0
+
     async def test_sweep_with_nothing_expired_returns_zero(self, conformance: Conformance) -> None:
         await conformance.queue.enqueue(conformance.name, "x")
         conformance.advance(3600)

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from blamequeue import Job, JobContext, TickResult
+from blamequeue import Job, JobContext, QueueError, TickResult
 
 from .fixtures import Conformance, succeed
 
@@ -59,9 +59,9 @@ class TestEnqueue:
     async def test_enqueue_many_stores_all_or_nothing(self, conformance: Conformance) -> None:
         q, name = conformance.queue, conformance.name
         await q.enqueue(name, "before")
-        with pytest.raises(Exception) as info:
+        with pytest.raises(QueueError) as info:
             await q.enqueue_many(name, ["ok", {"bad": object()}, "ok too"])
-        assert getattr(info.value, "code", None) == "queue/bad-payload"
+        assert info.value.code == "queue/bad-payload"
         assert await conformance.size() == 1
 
     async def test_enqueue_many_applies_options_to_every_job(

@@ -59,6 +59,7 @@ class TestRetention:
             assert await _done_rows_left(q, conformance.now()) == 0
 
     async def test_done_job_is_kept_by_default(self, conformance: Conformance) -> None:
+        conformance.require_default("retain_done")
         conformance.require_retained_done_jobs()
         q = conformance.queue
         await q.enqueue(conformance.name, "x")

@@ -6,7 +6,11 @@ anyio requires); what it left behind is read through a second queue on the same 
 
 from __future__ import annotations
 
+import threading
+from typing import Any
+
 import anyio
+import anyio.from_thread
 import pytest
 
 from blamequeue import Job, JobContext
@@ -91,6 +95,44 @@ class TestShutdown:
             rerun = await observer.tick(name, record)  # no clock advance: released at once
             assert rerun.succeeded == 1
             assert seen == [1]  # the interrupted attempt was given back
+
+    async def test_shutdown_abandons_a_sync_handler_past_its_deadline(
+        self, conformance: Conformance
+    ) -> None:
+        name = conformance.name
+        started = anyio.Event()
+        unblock = threading.Event()
+        finished: list[str] = []
+
+        def stuck(job: Job, ctx: Any) -> None:
+            anyio.from_thread.run_sync(started.set)
+            unblock.wait(SAFETY_NET)
+            finished.append(job.id)
+
+        async with conformance.factory.open() as observer:
+            worker = conformance.factory.build()
+            await worker.start()
+            try:
+                await conformance.require_shared_store(worker, observer)
+                await worker.enqueue(name, "in a thread", max_attempts=1)
+                consumer = await worker.consume(name, stuck, poll_interval=POLL)
+                await wait_for(started, "the sync handler to start")
+                await worker.shutdown(timeout=0)  # a thread cannot be cancelled: abandoned
+            finally:
+                unblock.set()
+                await worker.shutdown()
+            assert (consumer.stats.succeeded, consumer.stats.failed) == (0, 0)
+            await wait_until(lambda: len(finished) == 1, "the abandoned thread to end")
+            assert await observer.size(name) == 1  # its late completion was not applied
+            if conformance.capabilities.dlq:
+                assert await observer.dlq_size(name) == 0
+            seen: list[int] = []
+
+            async def record(job: Job, ctx: JobContext) -> None:
+                seen.append(job.attempts)
+
+            rerun = await observer.tick(name, record)  # released at once, attempt given back
+            assert (rerun.leased, seen) == (1, [1])
 
     async def test_shutdown_leaves_waiting_jobs_pending(self, conformance: Conformance) -> None:
         name = conformance.name

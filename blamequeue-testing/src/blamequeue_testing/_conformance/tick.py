@@ -182,3 +182,34 @@ class TestTick:
         assert sorted(finished) == [1, 2, 3]  # all done when tick returns
         assert result.succeeded == 3
         assert await conformance.size() == 0
+
+    @pytest.mark.parametrize("concurrency", [1, 2])
+    async def test_cancelled_tick_hands_back_every_job_it_leased(
+        self, conformance: Conformance, concurrency: int
+    ) -> None:
+        q, name = conformance.queue, conformance.name
+        await q.enqueue_many(name, ["a", "b", "c"], max_attempts=1)
+        started = anyio.Event()
+
+        async def stuck(job: Job, ctx: JobContext) -> None:
+            started.set()
+            await anyio.sleep_forever()
+
+        async def run_tick() -> None:
+            await q.tick(name, stuck, max=3, concurrency=concurrency)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run_tick)
+            await wait_for(started, "a handler to start")
+            tg.cancel_scope.cancel()  # the caller gives up (a serverless deadline, say)
+        # Every leased job, started or not, is pending again at once with its attempt given
+        # back: none waits out its lease, none is dead-lettered without having run.
+        assert await conformance.size() == 3
+        attempts: list[int] = []
+
+        async def record(job: Job, ctx: JobContext) -> None:
+            attempts.append(job.attempts)
+
+        result = await q.tick(name, record, max=10)  # no clock advance
+        assert result.leased == 3
+        assert attempts == [1, 1, 1]

@@ -1,0 +1,208 @@
+"""Where the CLI's queue comes from: ``BLAMEQUEUE_*`` variables (``Queue.from_env``), ``--path``
+for the SQLite file, or ``--config FILE.toml``.
+
+The TOML file holds what ``Queue(...)`` takes::
+
+    default_backend = "primary"        # required with several backends
+    sweep_interval = 30                # optional
+    seal = false                       # optional: false, or a [seal.keys] table
+
+    [backends.primary]                 # one table per backend, the keys of Queue(backends=...)
+    protocol = "local"
+    path = "/var/lib/app/jobs.db"      # relative paths are relative to the current directory
+    max_attempts = 3
+
+    [backends.primary.retry]
+    attempts = 5
+
+A file that is not TOML, or holds anything ``Queue(...)`` refuses, is a ``queue/invalid-config``
+error (exit code 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tomllib
+from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from blamequeue import Queue
+from blamequeue._environment import config_from_env
+from blamequeue.errors import ConfigError
+
+from ._running import UsageError, run_on_loop
+
+__all__ = [
+    "CONFIG_HELP",
+    "add_queue_options",
+    "backend_configs",
+    "build_queue",
+    "chosen_backends",
+    "load_config",
+    "with_queue",
+]
+
+_TOP_LEVEL = ("backends", "default_backend", "sweep_interval", "seal")
+_DEFAULT_LOCAL_PATH = "./blamequeue.db"
+
+#: The configuration paragraph of every queue command's --help.
+CONFIG_HELP = """\
+configuration:
+  By default the queue is built from BLAMEQUEUE_* variables (Queue.from_env: protocol local,
+  file ./blamequeue.db, unless BLAMEQUEUE_PROTOCOL / BLAMEQUEUE_LOCAL_PATH / ... say otherwise).
+  --path FILE picks the SQLite file; --config FILE.toml reads the backends from a file:
+      default_backend = "primary"
+      [backends.primary]
+      protocol = "local"
+      path = "jobs.db"
+  --backend NAME picks one of the file's backends (default: its default_backend).
+"""
+
+
+def add_queue_options(parser: argparse.ArgumentParser, *, backend_help: str | None = None) -> None:
+    """``--config`` / ``--path`` (one or the other) and ``--backend``."""
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument(
+        "--config",
+        metavar="FILE",
+        help="TOML file with [backends.NAME] tables (instead of BLAMEQUEUE_* variables)",
+    )
+    source.add_argument(
+        "--path",
+        metavar="FILE",
+        help="SQLite file of the local backend (sets BLAMEQUEUE_LOCAL_PATH)",
+    )
+    parser.add_argument(
+        "--backend",
+        metavar="NAME",
+        help=backend_help or "backend to use, by its name in --config (default: the default one)",
+    )
+
+
+def _invalid(message: str) -> ConfigError:
+    return ConfigError("queue/invalid-config", message)
+
+
+def load_config(path: str) -> dict[str, Any]:
+    """The keyword arguments of ``Queue(...)`` from a TOML file."""
+    try:
+        with open(path, "rb") as file:
+            data = tomllib.load(file)
+    except FileNotFoundError:
+        raise _invalid(f"config file {path} does not exist") from None
+    except OSError as exc:
+        raise _invalid(f"cannot read config file {path}: {exc.strerror or exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise _invalid(f"config file {path} is not valid TOML: {exc}") from None
+    unknown = sorted(set(data) - set(_TOP_LEVEL))
+    if unknown:
+        raise _invalid(
+            f"config file {path}: unknown key(s) {', '.join(map(repr, unknown))}; it takes "
+            f"{', '.join(_TOP_LEVEL)} (each backend goes in a [backends.NAME] table)"
+        )
+    backends = data.get("backends")
+    if not isinstance(backends, dict) or not backends:
+        raise _invalid(
+            f"config file {path} defines no backend; add a table such as\n"
+            f'  [backends.primary]\n  protocol = "local"'
+        )
+    for name, config in backends.items():
+        if not isinstance(config, dict):
+            raise _invalid(
+                f"config file {path}: backends.{name} must be a table ([backends.{name}]) "
+                f"with a protocol key, got {type(config).__name__}"
+            )
+    return data
+
+
+def _queue_arguments(args: argparse.Namespace, env: Mapping[str, str]) -> dict[str, Any]:
+    """``Queue(...)`` keyword arguments from the options (``from_env`` if none)."""
+    if getattr(args, "config", None):
+        return load_config(args.config)
+    environ = dict(env)
+    if getattr(args, "path", None):
+        protocol = environ.get("BLAMEQUEUE_PROTOCOL", "local").strip() or "local"
+        if protocol != "local":
+            raise UsageError(
+                f"--path is the SQLite file of the local backend, but BLAMEQUEUE_PROTOCOL="
+                f"{protocol}; unset one of them"
+            )
+        environ["BLAMEQUEUE_LOCAL_PATH"] = args.path
+    config, kwargs = config_from_env(environ)
+    return {"backends": {"default": config}, **kwargs}
+
+
+def backend_configs(queue_arguments: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    backends: dict[str, Mapping[str, Any]] = queue_arguments["backends"]
+    return backends
+
+
+def _missing_databases(queue_arguments: Mapping[str, Any], only: str | None) -> list[str]:
+    """SQLite files a local backend would create: reading from them would find nothing."""
+    missing = []
+    for name, config in backend_configs(queue_arguments).items():
+        if only is not None and name != only:
+            continue
+        if config.get("protocol") != "local" or "store" in config:
+            continue
+        path = config.get("path", _DEFAULT_LOCAL_PATH)
+        if (
+            isinstance(path, str | os.PathLike)
+            and str(path) != ":memory:"
+            and not Path(path).exists()
+        ):
+            missing.append(str(path))
+    return missing
+
+
+def build_queue(
+    args: argparse.Namespace,
+    *,
+    must_exist: bool = True,
+    env: Mapping[str, str] | None = None,
+) -> Queue:
+    """The command's queue.  With ``must_exist`` a local backend's database file must already
+    exist: a command that only reads (or deletes) would otherwise create an empty one."""
+    arguments = _queue_arguments(args, os.environ if env is None else env)
+    queue = Queue(**arguments)  # checks the configuration first
+    backend = getattr(args, "backend", None)
+    if backend is not None and backend not in arguments["backends"]:
+        raise UsageError(
+            f"--backend {backend!r} is not configured; configured backends: "
+            f"{', '.join(sorted(arguments['backends']))}"
+        )
+    if must_exist:
+        missing = _missing_databases(arguments, backend)
+        if missing:
+            raise UsageError(
+                f"no queue database at {missing[0]} (nothing was ever enqueued there); pass "
+                f"--path FILE or --config FILE, or set BLAMEQUEUE_LOCAL_PATH"
+            )
+    return queue
+
+
+def with_queue(
+    args: argparse.Namespace,
+    body: Callable[[Queue], Awaitable[int]],
+    *,
+    must_exist: bool = True,
+    loop: str = "asyncio",
+) -> int:
+    """Build the queue, start it, run ``body`` with it, shut it down; ``body``'s exit code."""
+    queue = build_queue(args, must_exist=must_exist)
+
+    async def main() -> int:
+        async with queue:
+            return await body(queue)
+
+    return run_on_loop(main, loop)
+
+
+def chosen_backends(queue: Queue, args: argparse.Namespace) -> list[str]:
+    """``--backend`` if given, else every configured backend (the default one first)."""
+    if getattr(args, "backend", None) is not None:
+        return [args.backend]
+    names = [status.name for status in queue.list_backends()]
+    return sorted(names, key=lambda name: name != queue.default_backend)

@@ -1,0 +1,511 @@
+"""The read-only commands: ``size``, ``jobs``, ``job``, ``queues``, ``workers``, ``backends`` and
+``plugins``.  Each prints a table for people or, with ``--json``, one JSON document."""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
+
+import attrs
+
+from blamequeue import JobInfo, Queue, QueueInfo, WorkerInfo
+from blamequeue._clock import to_datetime
+from blamequeue._inspection import MAX_PAGE
+from blamequeue._plugins import load_registry
+from blamequeue.abc import JOB_STATES, Capabilities
+from blamequeue.errors import UnsupportedError
+
+from ._config import CONFIG_HELP, add_queue_options, chosen_backends, with_queue
+from ._output import (
+    ago,
+    cut,
+    job_document,
+    key_values,
+    print_json,
+    print_table,
+    queue_document,
+    show_payload,
+    timestamp,
+    worker_document,
+)
+from ._running import EXIT_NOT_FOUND, EXIT_OK, positive_int, say
+from ._terminal import Terminal
+
+__all__ = ["add_parser", "run_size"]
+
+T = TypeVar("T")
+if TYPE_CHECKING:
+    Subparsers: TypeAlias = argparse._SubParsersAction[argparse.ArgumentParser]
+
+
+def _command(
+    subparsers: Subparsers, name: str, help: str, description: str, examples: str
+) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        name,
+        help=help,
+        description=description,
+        epilog=f"examples:\n{examples}\n{CONFIG_HELP}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    return parser
+
+
+def _json_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+
+
+def _limit(text: str) -> int:
+    value = positive_int(text)
+    if value > MAX_PAGE:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_PAGE}, got {value}")
+    return value
+
+
+def add_parser(subparsers: Subparsers) -> None:
+    size = _command(
+        subparsers,
+        "size",
+        "how many live jobs a queue holds (pending, delayed, running, parked)",
+        "Print how many live jobs QUEUE holds: pending (delayed ones too), inflight and\n"
+        "parked; done and dead jobs are not counted (see `blamequeue dlq size`).",
+        "  blamequeue size emails\n"
+        '  blamequeue size emails --json              # {"queue": ..., "size": 12, ...}\n'
+        "  blamequeue size emails --path /var/lib/app/jobs.db\n",
+    )
+    size.add_argument("queue", metavar="QUEUE", help="the queue's name")
+    _json_option(size)
+    add_queue_options(size)
+    size.set_defaults(run=_size)
+
+    jobs = _command(
+        subparsers,
+        "jobs",
+        "list a queue's jobs by state, a page at a time",
+        "List the jobs of QUEUE: pending first, then inflight, parked, done (while retained)\n"
+        "and dead, each in enqueue order, --limit at a time.  When more follow, the last line\n"
+        "gives the command for the next page (--cursor).",
+        "  blamequeue jobs emails\n"
+        "  blamequeue jobs emails --state dead --limit 20\n"
+        "  blamequeue jobs emails --cursor pending:1234      # the next page\n"
+        "  blamequeue jobs emails --json | jq '.jobs[].id'\n",
+    )
+    jobs.add_argument("queue", metavar="QUEUE", help="the queue's name")
+    jobs.add_argument(
+        "--state", choices=JOB_STATES, help="only jobs in this state (default: every state)"
+    )
+    jobs.add_argument(
+        "--limit",
+        type=_limit,
+        default=50,
+        metavar="N",
+        help=f"jobs per page, 1 to {MAX_PAGE} (default: 50)",
+    )
+    jobs.add_argument(
+        "--cursor", metavar="CURSOR", help="continue after the page that printed this cursor"
+    )
+    _json_option(jobs)
+    add_queue_options(jobs)
+    jobs.set_defaults(run=_jobs)
+
+    job = _command(
+        subparsers,
+        "job",
+        "show one job: its state, payload, attempts and last error",
+        "Show the job JOB_ID wherever it is (pending, inflight, parked, done while retained,\n"
+        "or dead).  Exit code 3 when no backend holds it.",
+        "  blamequeue job job-01J0ZK5V3G9YB6R2W8X4T1QH7C\n"
+        "  blamequeue job job-01J0ZK5V3G9YB6R2W8X4T1QH7C --json | jq .state\n",
+    )
+    job.add_argument("job_id", metavar="JOB_ID", help="the id enqueue returned (job-...)")
+    _json_option(job)
+    add_queue_options(job, backend_help="look only in this backend (default: every backend)")
+    job.set_defaults(run=_job)
+
+    queues = _command(
+        subparsers,
+        "queues",
+        "list the queues that hold jobs, with a count per state",
+        "List every queue holding jobs, on every configured backend (or --backend), with how\n"
+        "many of its jobs are pending, inflight, parked, done (retained) and dead.",
+        "  blamequeue queues\n  blamequeue queues --json\n",
+    )
+    _json_option(queues)
+    add_queue_options(queues, backend_help="only this backend (default: every backend)")
+    queues.set_defaults(run=_queues)
+
+    workers = _command(
+        subparsers,
+        "workers",
+        "list the live workers (consumers) and their last heartbeat",
+        "List the consumers running now, in any process or host: each registers itself in the\n"
+        "backend and heartbeats every 5 s; one silent for 15 s is not listed.",
+        "  blamequeue workers\n  blamequeue workers --json | jq '.workers | length'\n",
+    )
+    _json_option(workers)
+    add_queue_options(workers, backend_help="only this backend (default: every backend)")
+    workers.set_defaults(run=_workers)
+
+    backends = _command(
+        subparsers,
+        "backends",
+        "list the configured backends, their protocol and circuit-breaker state",
+        "Open every configured backend and show its protocol, its circuit breaker (closed,\n"
+        "open, half-open) and what it can do.  Fails (exit 1) when a backend cannot be opened.",
+        "  blamequeue backends\n  blamequeue backends --config queues.toml --json\n",
+    )
+    _json_option(backends)
+    add_queue_options(backends, backend_help="only this backend (default: every backend)")
+    backends.set_defaults(run=_backends)
+
+    plugins = _command(
+        subparsers,
+        "plugins",
+        "list the loaded plugins: what they register and their distribution",
+        "List the plugins loaded from the 'blamequeue' entry-point group (the built-in\n"
+        "backends come in the same way), what each registers, and the distribution and\n"
+        "version it comes from.  BLAMEQUEUE_PLUGINS / BLAMEQUEUE_DISABLE_PLUGINS select them.",
+        "  blamequeue plugins\n  BLAMEQUEUE_DISABLE_PLUGINS=redis blamequeue plugins --json\n",
+    )
+    _json_option(plugins)
+    plugins.set_defaults(run=_plugins)
+
+
+# -- helpers ------------------------------------------------------------------------------------
+async def _per_backend(
+    queue: Queue, args: argparse.Namespace, read: Callable[[str], Awaitable[T]]
+) -> list[tuple[str, T]]:
+    """``read(backend)`` on each chosen backend.  Backends that cannot be inspected are named on
+    stderr and skipped, unless every one of them refused (then the first refusal is raised)."""
+    results: list[tuple[str, T]] = []
+    refused: list[UnsupportedError] = []
+    for name in chosen_backends(queue, args):
+        try:
+            results.append((name, await read(name)))
+        except UnsupportedError as exc:
+            refused.append(exc)
+    if refused and not results:
+        raise refused[0]
+    for refusal in refused:
+        say(f"note: skipped: {refusal.message}")
+    return results
+
+
+def _job_rows(infos: list[JobInfo], terminal: Terminal) -> list[list[str]]:
+    wide = terminal.width >= 140
+    return [
+        [
+            info.job.id,
+            info.state,
+            str(info.job.priority),
+            f"{info.job.attempts}/{info.job.max_attempts}",
+            timestamp(info.job.available_at),
+            cut(
+                "<unreadable>" if info.payload_error else show_payload(info.job.payload),
+                40 if wide else 24,
+            ),
+            cut(info.job.last_error, 50 if wide else 30),
+        ]
+        for info in infos
+    ]
+
+
+# -- commands -----------------------------------------------------------------------------------
+def run_size(args: argparse.Namespace, count: Callable[[Queue, str], Awaitable[int]]) -> int:
+    """A size command: print ``count(queue, backend)`` for ``args.queue``, or JSON."""
+
+    async def body(queue: Queue) -> int:
+        backend = args.backend or queue.default_backend
+        size = await count(queue, backend)
+        if args.json:
+            print_json({"queue": args.queue, "backend": backend, "size": size})
+        else:
+            print(size)
+        return EXIT_OK
+
+    return with_queue(args, body)
+
+
+def _size(args: argparse.Namespace) -> int:
+    return run_size(args, lambda queue, backend: queue.size(args.queue, backend=backend))
+
+
+def _jobs(args: argparse.Namespace) -> int:
+    async def body(queue: Queue) -> int:
+        backend = args.backend or queue.default_backend
+        page = await queue.list_jobs(
+            args.queue, state=args.state, limit=args.limit, cursor=args.cursor, backend=backend
+        )
+        if args.json:
+            print_json(
+                {
+                    "queue": args.queue,
+                    "backend": backend,
+                    "state": args.state,
+                    "jobs": [job_document(info) for info in page.jobs],
+                    "next_cursor": page.next_cursor,
+                }
+            )
+            return EXIT_OK
+        terminal = Terminal()
+        which = f"{args.state} jobs" if args.state else "jobs"
+        if not page.jobs:
+            terminal.print(f"no {which} in queue {args.queue!r} (backend {backend!r})")
+            return EXIT_OK
+        print_table(
+            terminal,
+            ["ID", "STATE", "PRI", "ATTEMPTS", "AVAILABLE (UTC)", "PAYLOAD", "LAST ERROR"],
+            _job_rows(page.jobs, terminal),
+            align="llrllll",
+        )
+        if page.next_cursor is not None:
+            more = [f"blamequeue jobs {args.queue}"]
+            if args.state:
+                more.append(f"--state {args.state}")
+            if args.limit != 50:
+                more.append(f"--limit {args.limit}")
+            more.append(f"--cursor {page.next_cursor}")
+            terminal.print(f"more {which}: {' '.join(more)}")
+        return EXIT_OK
+
+    return with_queue(args, body)
+
+
+def _job(args: argparse.Namespace) -> int:
+    async def body(queue: Queue) -> int:
+        found = await _per_backend(queue, args, functools.partial(_job_info, queue, args.job_id))
+        infos = [info for _name, info in found if info is not None]
+        if not infos:
+            where = ", ".join(repr(name) for name, _info in found)
+            say(
+                f"error: no job {args.job_id} on backend {where} (a done job is kept only "
+                f"for the backend's retain_done seconds)"
+            )
+            return EXIT_NOT_FOUND
+        info = infos[0]
+        if args.json:
+            print_json(job_document(info))
+            return EXIT_OK
+        job = info.job
+        terminal = Terminal()
+        payload = (
+            f"<unreadable: {info.payload_error}>"
+            if info.payload_error
+            else _pretty_json(job.payload)
+        )
+        key_values(
+            terminal,
+            {
+                "id": job.id,
+                "queue": job.queue,
+                "backend": info.backend,
+                "state": terminal.style(info.state, _STATE_STYLE.get(info.state, "bold")),
+                "priority": str(job.priority),
+                "attempts": f"{job.attempts} of {job.max_attempts}",
+                "created": timestamp(job.created_at),
+                "available": timestamp(job.available_at),
+                "finished": timestamp(info.finished_at),
+                "trace_id": job.trace_id or "-",
+                "classification": job.classification or "-",
+                "flow_id": job.flow_id or "-",
+                "depends_on": ", ".join(info.depends_on) or "-",
+                "payload": payload,
+                "last_error": job.last_error or "-",
+            },
+        )
+        return EXIT_OK
+
+    return with_queue(args, body)
+
+
+_STATE_STYLE = {"done": "green", "dead": "red", "inflight": "cyan", "parked": "dim"}
+
+
+async def _job_info(queue: Queue, job_id: str, backend: str) -> JobInfo | None:
+    return await queue.job_info(job_id, backend=backend)
+
+
+def _pretty_json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, indent=2)
+
+
+def _queues(args: argparse.Namespace) -> int:
+    async def body(queue: Queue) -> int:
+        found = await _per_backend(queue, args, lambda name: queue.queues(backend=name))
+        infos: list[QueueInfo] = [info for _name, infos in found for info in infos]
+        if args.json:
+            print_json({"queues": [queue_document(info) for info in infos]})
+            return EXIT_OK
+        terminal = Terminal()
+        if not infos:
+            terminal.print("no queue holds jobs")
+            return EXIT_OK
+        print_table(
+            terminal,
+            ["BACKEND", "QUEUE", "PENDING", "INFLIGHT", "PARKED", "DONE", "DEAD"],
+            [
+                [
+                    info.backend,
+                    info.name,
+                    str(info.pending),
+                    str(info.inflight),
+                    str(info.parked),
+                    str(info.done),
+                    str(info.dead),
+                ]
+                for info in infos
+            ],
+            align="llrrrrr",
+        )
+        return EXIT_OK
+
+    return with_queue(args, body)
+
+
+def _workers(args: argparse.Namespace) -> int:
+    async def body(queue: Queue) -> int:
+        found = await _per_backend(queue, args, lambda name: queue.workers(backend=name))
+        infos: list[WorkerInfo] = [info for _name, infos in found for info in infos]
+        if args.json:
+            print_json({"workers": [worker_document(info) for info in infos]})
+            return EXIT_OK
+        terminal = Terminal()
+        if not infos:
+            terminal.print("no live workers")
+            return EXIT_OK
+        now = to_datetime(queue.clock.now())
+        print_table(
+            terminal,
+            [
+                "WORKER",
+                "BACKEND",
+                "QUEUE",
+                "HOST",
+                "PID",
+                "CONCURRENCY",
+                "RUNNING",
+                "SUCCEEDED",
+                "FAILED",
+                "STARTED",
+                "HEARTBEAT",
+            ],
+            [
+                [
+                    info.id,
+                    info.backend,
+                    info.queue,
+                    info.host,
+                    str(info.pid),
+                    str(info.concurrency),
+                    str(info.in_flight),
+                    str(info.succeeded),
+                    str(info.failed),
+                    ago(info.started_at, now),
+                    ago(info.last_heartbeat, now),
+                ]
+                for info in infos
+            ],
+            align="llllrrrrrll",
+        )
+        return EXIT_OK
+
+    return with_queue(args, body)
+
+
+def _capabilities(protocol: str) -> Capabilities:
+    registration = load_registry().protocols.get(protocol)
+    caps = getattr(getattr(registration, "value", None), "capabilities", None)
+    return caps if isinstance(caps, Capabilities) else Capabilities()
+
+
+def _flags(caps: Capabilities) -> list[str]:
+    return [field.name for field in attrs.fields(Capabilities) if getattr(caps, field.name) is True]
+
+
+def _backends(args: argparse.Namespace) -> int:
+    async def body(queue: Queue) -> int:
+        chosen = set(chosen_backends(queue, args))
+        statuses = [status for status in queue.list_backends() if status.name in chosen]
+        rows: list[dict[str, Any]] = []
+        for status in statuses:
+            caps = _capabilities(status.protocol)
+            rows.append(
+                {
+                    "name": status.name,
+                    "protocol": status.protocol,
+                    "breaker_state": status.breaker_state,
+                    "default": status.name == queue.default_backend,
+                    "capabilities": _flags(caps),
+                    "async_libraries": sorted(caps.async_libraries),
+                }
+            )
+        if args.json:
+            print_json({"backends": rows})
+            return EXIT_OK
+        terminal = Terminal()
+        print_table(
+            terminal,
+            ["NAME", "PROTOCOL", "BREAKER", "DEFAULT", "CAPABILITIES"],
+            [
+                [
+                    row["name"],
+                    row["protocol"],
+                    row["breaker_state"],
+                    "yes" if row["default"] else "",
+                    ", ".join(row["capabilities"]),
+                ]
+                for row in rows
+            ],
+            align="lllll",
+        )
+        return EXIT_OK
+
+    return with_queue(args, body)
+
+
+def _plugins(args: argparse.Namespace) -> int:
+    registry = load_registry()
+    if args.json:
+        print_json(
+            {
+                "plugins": [
+                    {
+                        "name": info.name,
+                        "distribution": info.distribution,
+                        "version": info.version,
+                        "protocols": list(info.protocols),
+                        "audit_sinks": list(info.audit_sinks),
+                        "sealers": list(info.sealers),
+                    }
+                    for info in registry.plugins
+                ],
+                "failed": dict(registry.failed),
+            }
+        )
+        return EXIT_OK
+    terminal = Terminal()
+    if registry.plugins:
+        print_table(
+            terminal,
+            ["PLUGIN", "PROTOCOLS", "AUDIT SINKS", "SEALERS", "DISTRIBUTION", "VERSION"],
+            [
+                [
+                    info.name,
+                    ", ".join(info.protocols) or "-",
+                    ", ".join(info.audit_sinks) or "-",
+                    ", ".join(info.sealers) or "-",
+                    info.distribution or "-",
+                    info.version or "-",
+                ]
+                for info in registry.plugins
+            ],
+            align="llllll",
+        )
+    else:
+        terminal.print("no plugins loaded (check BLAMEQUEUE_PLUGINS / BLAMEQUEUE_DISABLE_PLUGINS)")
+    for name, error in sorted(registry.failed.items()):
+        say(f"warning: plugin {name!r} failed to load: {error}")
+    return EXIT_OK
