@@ -253,17 +253,24 @@ class Consumer:
         if wake.is_set():
             return
         runtime = self._runtime
-        remaining = asked_at + timeout - runtime.clock.now()
+        clock = runtime.clock
+        deadline = asked_at + timeout
+        remaining = deadline - clock.now()
         if remaining <= 0:
             await anyio.lowlevel.checkpoint()
             return
         timeout = remaining
+
+        async def until_deadline() -> None:
+            # Measured when this task actually starts: the clock may move before it does.
+            await clock.sleep(deadline - clock.now())
+
         # Whichever comes first: a same-process enqueue, the poll interval on the queue's clock,
         # or the backend's own wait (real time by default, so a virtual clock that nobody
         # advances never parks a consumer for ever; early when another process enqueues).
         waits: list[Callable[[], Awaitable[None]]] = [
             wake.wait,
-            lambda: runtime.clock.sleep(timeout),
+            until_deadline,
             lambda: runtime.backend.wait_for_work(self.queue_name, timeout=timeout),
         ]
         async with anyio.create_task_group() as tg:

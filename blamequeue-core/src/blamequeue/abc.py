@@ -291,10 +291,8 @@ class JobCursor:
 def _inspection_unsupported(backend: Backend, what: str) -> Exception:
     from .errors import UnsupportedError
 
-    # No code of the closed set says "cannot inspect"; invalid-config is the nearest: the call
-    # cannot work with the backend as configured.
     return UnsupportedError(
-        "queue/invalid-config",
+        "queue/inspection-unsupported",
         f"backend {backend.context.name!r} (protocol {backend.protocol!r}) cannot {what}; "
         f"inspection needs a backend whose capabilities include inspection (e.g. 'local', "
         f"'memory')",

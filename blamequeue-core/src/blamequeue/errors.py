@@ -12,7 +12,8 @@ The tree::
     ├── BadArgumentError (ValueError)  queue/bad-argument, queue/bad-payload
     ├── FlowError (ValueError)         queue/bad-flow, queue/flow-cycle, queue/flow-unknown-dep
     ├── NotFoundError (LookupError)    queue/unknown-backend, queue/unknown-job, queue/job-not-found
-    ├── UnsupportedError               queue/dlq-unsupported, queue/flow-unsupported
+    ├── UnsupportedError               queue/dlq-unsupported, queue/flow-unsupported,
+    │                                  queue/inspection-unsupported
     ├── BackendUnavailableError        queue/backend-unavailable (retryable)
     ├── ResultTimeoutError (TimeoutError)  queue/result-timeout
     └── QueueError itself              queue/not-initialized, queue/unseal-failed, queue/job-failed
@@ -44,6 +45,7 @@ ErrorCode = Literal[
     "queue/invalid-config",
     "queue/deferred-protocol",
     "queue/dlq-unsupported",
+    "queue/inspection-unsupported",
     "queue/bad-flow",
     "queue/flow-cycle",
     "queue/flow-unknown-dep",
@@ -116,7 +118,7 @@ class NotFoundError(QueueError, LookupError):
 
 class UnsupportedError(QueueError):
     """The selected backend cannot do this (``queue/dlq-unsupported``,
-    ``queue/flow-unsupported``)."""
+    ``queue/flow-unsupported``, ``queue/inspection-unsupported``)."""
 
 
 class BackendUnavailableError(QueueError):

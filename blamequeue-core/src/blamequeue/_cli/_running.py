@@ -43,7 +43,12 @@ LOOPS = ("asyncio", "trio")
 
 #: Codes that mean "what you asked for cannot work as configured" rather than "it broke".
 _CONFIG_CODES = frozenset(
-    {"queue/invalid-config", "queue/deferred-protocol", "queue/unknown-backend"}
+    {
+        "queue/invalid-config",
+        "queue/deferred-protocol",
+        "queue/unknown-backend",
+        "queue/inspection-unsupported",
+    }
 )
 #: Codes that, raised by a command, mean an argument on its command line was wrong.
 _USAGE_CODES = frozenset({"queue/bad-argument", "queue/bad-payload"})
