@@ -6,16 +6,20 @@ processing rate with a large backlog pending (lease cost must not grow with it).
 from __future__ import annotations
 
 import argparse
+import base64
 import functools
 import json
 import platform
+import secrets
 import shutil
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import anyio
 
@@ -39,6 +43,10 @@ examples:
   blamequeue bench --backend memory --jobs 2000 --json
   blamequeue bench --loop trio --concurrency 10
   blamequeue bench --backlog 1000 1000000           # lease cost with 1e3 and 1e6 jobs pending
+  blamequeue bench --backend redis                  # a temporary redis-server on a free port
+  blamequeue bench --backend redis --url redis://127.0.0.1:6379/0
+  blamequeue bench --backend sqs                    # a temporary moto SQS server
+  blamequeue bench --backend sqs --endpoint-url http://localhost:4566 --jobs 5000
 
 what is measured (all in this one process, on a fresh database unless --path):
   enqueue          jobs/s awaiting enqueue() once per job, over min(--jobs, 5000) jobs
@@ -52,6 +60,9 @@ named bench-*.
 """
 
 _BATCH = 1000
+_JOBS = 20_000
+# moto's server (the default sqs endpoint) slows down with queue length.
+_SQS_JOBS = 500
 _BACKLOG_BATCH = 10_000
 _SINGLE_MAX = 5000
 
@@ -67,12 +78,28 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     parser.add_argument(
         "--backend",
-        choices=("local", "memory"),
+        choices=("local", "memory", "redis", "sqs"),
         default="local",
         help="protocol to measure (default: local, the SQLite backend)",
     )
     parser.add_argument(
-        "--jobs", type=positive_int, default=20_000, metavar="N", help="jobs (default: 20000)"
+        "--url",
+        metavar="URL",
+        help="Redis server for --backend redis (keys under a prefix of their own, deleted "
+        "afterwards). Default: a temporary redis-server on a free port",
+    )
+    parser.add_argument(
+        "--endpoint-url",
+        metavar="URL",
+        help="SQS endpoint for --backend sqs (queues of its own, deleted afterwards; "
+        "credentials from the boto3 chain). Default: a temporary moto server",
+    )
+    parser.add_argument(
+        "--jobs",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="jobs (default: 20000; 500 for sqs, whose test server slows with queue length)",
     )
     parser.add_argument(
         "-c",
@@ -273,13 +300,26 @@ async def _measure_backlog(
 
 
 async def _measure(
-    queue: Queue, args: argparse.Namespace, status: _Status, result: dict[str, Any]
+    queue: Queue,
+    args: argparse.Namespace,
+    status: _Status,
+    result: dict[str, Any],
+    requests: Any = None,
 ) -> None:
     jobs, concurrency = args.jobs, args.concurrency
     result["enqueue"] = await _measure_enqueue(queue, min(jobs, _SINGLE_MAX), status)
+    if requests is not None:
+        requests.reset()  # SQS requests per job: enqueue_many, then consume (a backlog)
     result["enqueue_many"] = await _measure_enqueue_many(queue, jobs, status)
     status.begin(f"processed (concurrency {concurrency})", jobs)
     seconds = await _drain(queue, "bench-process", jobs, concurrency, status)
+    if requests is not None:
+        result["sqs_requests"] = {
+            "jobs": jobs,
+            "requests": requests.total,
+            "per_job": round(requests.total / jobs, 4),
+            "by_action": requests.snapshot(),
+        }
     result["processed"] = {
         "jobs": jobs,
         "concurrency": concurrency,
@@ -294,7 +334,7 @@ async def _measure(
 
 
 async def _bench(
-    args: argparse.Namespace, config: dict[str, Any], term: Terminal
+    args: argparse.Namespace, config: dict[str, Any], term: Terminal, requests: Any = None
 ) -> dict[str, Any]:
     result: dict[str, Any] = {
         "blamequeue": __version__,
@@ -310,7 +350,7 @@ async def _bench(
     async with queue, stopped_by_signals(), anyio.create_task_group() as tg:
         tg.start_soon(status.redraw_forever)
         try:
-            await _measure(queue, args, status, result)
+            await _measure(queue, args, status, result, requests)
         finally:
             status.end()
             tg.cancel_scope.cancel()
@@ -354,6 +394,15 @@ def _report(result: dict[str, Any], where: str, term: Terminal) -> str:
                 f"over {item['jobs']:,} jobs, concurrency {result['concurrency']}",
             ]
         )
+    if "sqs_requests" in result:
+        sqs = result["sqs_requests"]
+        rows.append(
+            [
+                "SQS requests per job",
+                f"{sqs['per_job']:.3f}",
+                f"enqueue_many + consume, {sqs['requests']:,} requests for {sqs['jobs']:,} jobs",
+            ]
+        )
     rss = result["peak_rss_mib"]
     rows.append(["peak RSS", "n/a" if rss is None else f"{rss:.1f} MiB", "whole process"])
     head = term.style(
@@ -365,14 +414,74 @@ def _report(result: dict[str, Any], where: str, term: Terminal) -> str:
     return f"{head}\n{table}"
 
 
+def _redis_config(
+    args: argparse.Namespace,
+) -> tuple[dict[str, Any], str, Callable[[], None]]:
+    """The bench's redis backend config, a description, and what to clean up afterwards."""
+    try:
+        from blamequeue_redis._server import RedisServer, RedisServerError, bench_cleanup
+    except ImportError as exc:
+        raise UsageError(
+            "--backend redis needs the redis backend: pip install blamequeue[redis]"
+        ) from exc
+    # Sealing is on by default for a user; the redis backend refuses to run without a key.
+    seal = {"keys": {"bench": base64.b64encode(secrets.token_bytes(32)).decode("ascii")}}
+    prefix = f"blamequeue-bench:{secrets.token_hex(4)}"
+    if args.url is not None:
+        config = {"protocol": "redis", "url": args.url, "key_prefix": prefix, "seal": seal}
+        where = f"redis ({urlsplit(args.url).hostname}, key prefix {prefix})"
+        return config, where, functools.partial(bench_cleanup, args.url, prefix)
+    try:
+        server = RedisServer()
+        server.start()
+    except RedisServerError as exc:
+        raise UsageError(f"{exc}; or pass --url redis://HOST:PORT/DB") from exc
+    config = {"protocol": "redis", "url": server.url, "seal": seal}
+    return config, f"redis ({server.url}, temporary)", server.cleanup
+
+
+def _sqs_config(
+    args: argparse.Namespace,
+) -> tuple[dict[str, Any], str, Callable[[], None], Any]:
+    """The bench's sqs backend config, a description, the cleanup, and the request counter."""
+    try:
+        from blamequeue_sqs._server import MotoServerError, bench_setup
+    except ImportError as exc:
+        raise UsageError(
+            "--backend sqs needs the sqs backend: pip install blamequeue[sqs]"
+        ) from exc
+    try:
+        setup = bench_setup(args.endpoint_url)
+    except MotoServerError as exc:
+        raise UsageError(f"{exc}; or pass --endpoint-url of an SQS endpoint") from exc
+    return setup.config, setup.where, setup.cleanup, setup.requests
+
+
 def run(args: argparse.Namespace) -> int:
     term = Terminal()
     temporary: Path | None = None
+    cleanup: Callable[[], None] | None = None
+    config: dict[str, Any]
     where = args.backend
-    if args.backend == "memory":
+    requests: Any = None
+    if args.jobs is None:
+        args.jobs = _SQS_JOBS if args.backend == "sqs" else _JOBS
+    if args.url is not None and args.backend != "redis":
+        raise UsageError("--url is for --backend redis")
+    if args.endpoint_url is not None and args.backend != "sqs":
+        raise UsageError("--endpoint-url is for --backend sqs")
+    if args.backend == "sqs":
+        if args.path is not None:
+            raise UsageError("--path is for --backend local; use --endpoint-url for sqs")
+        config, where, cleanup, requests = _sqs_config(args)
+    elif args.backend == "redis":
+        if args.path is not None:
+            raise UsageError("--path is for --backend local; use --url for redis")
+        config, where, cleanup = _redis_config(args)
+    elif args.backend == "memory":
         if args.path is not None:
             raise UsageError("--path is for --backend local; the memory backend keeps no file")
-        config: dict[str, Any] = {"protocol": "memory"}
+        config = {"protocol": "memory"}
     else:
         if args.path is not None:
             path = Path(args.path)
@@ -388,11 +497,13 @@ def run(args: argparse.Namespace) -> int:
         where = f"local ({path}{', temporary' if temporary else ''})"
     try:
         result = run_on_loop(
-            functools.partial(_bench, args, config, Terminal(sys.stderr)), args.loop
+            functools.partial(_bench, args, config, Terminal(sys.stderr), requests), args.loop
         )
     finally:
         if temporary is not None:
             shutil.rmtree(temporary, ignore_errors=True)
+        if cleanup is not None:
+            cleanup()
     if args.json:
         print(json.dumps(result, indent=2))
     else:

@@ -1,0 +1,552 @@
+"""The ``redis`` backend: :class:`RedisBackend`, jobs in Redis, every transition one Lua script.
+
+Each method of the contract is one script call per queue it touches (see
+:mod:`blamequeue_redis._scripts` for what each script does and :mod:`blamequeue_redis._keys`
+for the key layout).  Operations that span queues (the sweep, and ``dlq_retry`` /
+``flow_jobs``, which are given only an id) read the registry of queue names, then run the
+per-queue script on each queue in one pipeline; each script re-checks the state it acts on.
+redis-py exceptions are mapped to :class:`~blamequeue.errors.QueueError` here, at the boundary.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, ClassVar, Final, TypeVar, cast
+from urllib.parse import urlsplit, urlunsplit
+
+import anyio
+import anyio.to_thread
+
+from blamequeue.abc import (
+    Backend,
+    BackendContext,
+    Capabilities,
+    JobState,
+    Lease,
+    NewJob,
+    Settlement,
+    StoredJob,
+    SweepResult,
+)
+from blamequeue.errors import BadArgumentError, ConfigError, QueueError
+from blamequeue_redis._errors import map_redis_error
+from blamequeue_redis._keys import KeyLayout, QueueKeys
+from blamequeue_redis._options import RedisOptions, parse_options
+from blamequeue_redis._scripts import (
+    DLQ_LIST,
+    DLQ_PURGE,
+    DLQ_RETRY,
+    ENQUEUE,
+    EXTEND,
+    FLOW_JOBS,
+    LEASE,
+    PURGE,
+    SCRIPTS,
+    SETTLE,
+    SIZE,
+    SWEEP,
+    Script,
+)
+from blamequeue_redis._transport import (
+    AsyncioTransport,
+    ClientSettings,
+    ScriptCall,
+    ThreadTransport,
+    Transport,
+    current_library,
+    is_async_client,
+)
+
+__all__ = ["RedisBackend"]
+
+T = TypeVar("T")
+
+_OUTCOMES: Final = frozenset({"done", "retry", "dead", "release"})
+#: Jobs one sweep / purge script call handles at most, so no call blocks Redis for long; the
+#: backend calls again while a queue has more.
+_BUDGET: Final = 5000
+#: Queues visited per pipeline when an operation walks every queue.
+_QUEUES_PER_PIPELINE: Final = 500
+#: Tokens are ``<16 hex digits>:<queue name>``: a settlement names only its job and token, and
+#: the token says which queue's script must check it.
+_TOKEN_HEX: Final = 16
+
+
+def _redacted(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    if parts.port is not None:
+        host = f"{host}:{parts.port}"
+    user = parts.username or ""
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+
+
+def _dumps(value: Any) -> str:
+    # ensure_ascii=False: text goes as UTF-8 (cjson reads it byte for byte).
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _text(value: Any) -> Any:
+    """Replies from a caller's client may be bytes (``decode_responses=False``)."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "surrogatepass")
+    return value
+
+
+def _rows(reply: Any) -> list[list[Any]]:
+    text = _text(reply)
+    if not text:
+        return []
+    rows = json.loads(text)
+    return rows if isinstance(rows, list) else []
+
+
+def _opt(value: Any) -> Any:
+    # Lua hands a missing hash field back as false.
+    return None if value is False or value is None else value
+
+
+def _stored(queue: str, row: list[Any]) -> StoredJob:
+    deps = row[13]
+    finished = row[14]
+    return StoredJob(
+        id=row[0],
+        queue=queue,
+        state=cast(JobState, row[1]),
+        payload=row[2],
+        priority=int(row[3]),
+        attempts=int(row[4]),
+        max_attempts=int(row[5]),
+        created_at=float(row[6]),
+        available_at=float(row[7]),
+        classification=_opt(row[8]),
+        trace_id=_opt(row[9]),
+        last_error=_opt(row[10]),
+        meta=_opt(row[11]),
+        flow_id=_opt(row[12]),
+        depends_on=tuple(deps.split(" ")) if deps else (),
+        finished_at=float(finished) if finished else None,
+    )
+
+
+def _token_queue(token: str) -> str | None:
+    """The queue a lease token was issued for (None: not one of ours, so it owns nothing)."""
+    if len(token) <= _TOKEN_HEX or token[_TOKEN_HEX] != ":":
+        return None
+    return token[_TOKEN_HEX + 1 :]
+
+
+def _storable(error: str) -> str:
+    """``error`` as any client can send it: an unpaired surrogate (an undecodable file name in
+    an exception message, say) is escaped rather than failing the settlement."""
+    try:
+        error.encode("utf-8")
+    except UnicodeEncodeError:
+        return error.encode("utf-8", "backslashreplace").decode("utf-8")
+    return error
+
+
+class RedisBackend(Backend):
+    """Jobs in Redis (protocol ``redis``): atomic Lua transitions, blocking waits, Cluster-safe.
+
+    Options:
+
+    * ``url`` (required unless ``client``): ``redis://[[user]:password@]host:port/db``,
+      ``rediss://...`` (TLS) or ``unix:///path/redis.sock?db=0``.  TLS settings such as
+      ``ssl_ca_certs`` or ``ssl_cert_reqs`` ride in the URL's query string.
+    * ``username`` / ``password``: credentials (an ACL user), instead of putting them in the URL.
+    * ``tls``: ``True`` forces TLS (``redis://`` becomes ``rediss://``); inferred from
+      ``rediss://`` when left out.
+    * ``key_prefix``: the prefix of every key (``"blamequeue:queue"``); several apps can share a
+      server with different prefixes.
+    * ``cluster``: ``True`` for Redis Cluster, ``False`` for one server; left out, the backend
+      asks the server at ``open()`` (``INFO cluster``).
+    * ``client``: bring your own redis-py client (``redis.asyncio.Redis`` / its
+      ``RedisCluster`` on asyncio, or the sync ``redis.Redis`` / ``RedisCluster`` on either
+      loop).  Never closed by the backend; not combinable with the connection options.
+
+    On asyncio the backend uses redis-py's asyncio client; on trio, redis-py's sync client in
+    worker threads (see :mod:`blamequeue_redis._transport`).  Payloads leave the process, so the
+    queue refuses to start without a seal key unless ``seal=False``.
+    """
+
+    protocol: ClassVar[str] = "redis"
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        dlq=True,
+        flows=True,
+        native_lease=False,
+        priority=True,
+        delay=True,
+        cross_process_wakeup=True,
+        requires_seal_key=True,
+        async_libraries=frozenset({"asyncio", "trio"}),
+    )
+
+    def __init__(self, options: Mapping[str, Any], context: BackendContext) -> None:
+        super().__init__(options, context)
+        self._config: RedisOptions = parse_options(options)
+        self._layout = KeyLayout(self._config.key_prefix)
+        url = self._config.url
+        where = _redacted(url) if url is not None else "bring-your-own client"
+        self._where = f"redis backend {context.name!r} ({where})"
+        self._transport: Transport | None = None
+        self._queues: dict[str, tuple[QueueKeys, tuple[str, ...]]] = {}
+        # On a cluster the registry lives in another slot than the queue's keys, so the
+        # backend adds a queue to it itself, once per queue per process.
+        self._registered: set[str] = set()
+
+    @property
+    def key_layout(self) -> KeyLayout:
+        """The key names this backend uses (see ``docs/backends/redis.md``)."""
+        return self._layout
+
+    @property
+    def transport(self) -> Transport | None:
+        """The transport in use (``None`` until :meth:`open`)."""
+        return self._transport
+
+    # -- lifecycle -------------------------------------------------------------------------
+    async def open(self) -> None:
+        if self._transport is not None:
+            return
+        self._transport = await self._guard(self._connect())
+
+    async def _connect(self) -> Transport:
+        config = self._config
+        library = current_library()
+        transport: Transport
+        if config.client is not None:
+            if is_async_client(config.client):
+                if library != "asyncio":
+                    raise ConfigError(
+                        "queue/invalid-config",
+                        f"{self._where}: option 'client' is a redis.asyncio client, which runs "
+                        f"only on asyncio, but this queue runs on {library}; pass a sync "
+                        f"redis.Redis client (used from worker threads) or a 'url'",
+                    )
+                transport = AsyncioTransport(config.client, owned=False)
+            else:
+                transport = ThreadTransport(config.client, owned=False)
+        else:
+            assert config.url is not None
+            cluster = config.cluster
+            if cluster is None:
+                cluster = await self._probe_cluster(library, config)
+            settings = ClientSettings(
+                url=config.url,
+                username=config.username,
+                password=config.password,
+                cluster=cluster,
+            )
+            if library == "asyncio":
+                transport = AsyncioTransport(settings.asyncio_client(), owned=True)
+            else:
+                # The sync cluster client discovers the cluster as it is built: I/O, so in a
+                # worker thread.
+                client = await anyio.to_thread.run_sync(settings.sync_client)
+                transport = ThreadTransport(client, owned=True)
+        try:
+            await transport.load(SCRIPTS)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await transport.aclose()
+            raise
+        return transport
+
+    async def _probe_cluster(self, library: str, config: RedisOptions) -> bool:
+        """Whether ``url`` points at a Redis Cluster node (``INFO cluster``)."""
+        assert config.url is not None
+        if urlsplit(config.url).scheme.lower() == "unix":
+            return False
+        settings = ClientSettings(
+            url=config.url, username=config.username, password=config.password, cluster=False
+        )
+        probe: Transport
+        if library == "asyncio":
+            probe = AsyncioTransport(settings.asyncio_client(), owned=True)
+        else:
+            probe = ThreadTransport(settings.sync_client(), owned=True)
+        try:
+            info = await probe.command("INFO", "cluster")
+        finally:
+            with anyio.CancelScope(shield=True):
+                await probe.aclose()
+        if isinstance(info, Mapping):
+            return str(info.get("cluster_enabled", 0)) == "1"
+        return "cluster_enabled:1" in str(_text(info))
+
+    async def close(self) -> None:
+        transport, self._transport = self._transport, None
+        self._registered.clear()
+        if transport is not None:
+            try:
+                await transport.aclose()
+            except Exception as exc:
+                raise map_redis_error(exc, where=self._where) from exc
+
+    # -- the Redis boundary ----------------------------------------------------------------
+    def _require(self) -> Transport:
+        transport = self._transport
+        if transport is None:
+            raise QueueError(
+                "queue/not-initialized",
+                f"{self._where} is not open: use 'async with queue:' or await queue.start() "
+                f"before calling it",
+            )
+        return transport
+
+    async def _guard(self, call: Awaitable[T]) -> T:
+        try:
+            return await call
+        except QueueError:
+            raise
+        except Exception as exc:
+            raise map_redis_error(exc, where=self._where) from exc
+
+    def _keys(self, queue: str) -> tuple[QueueKeys, tuple[str, ...]]:
+        found = self._queues.get(queue)
+        if found is None:
+            keys = self._layout.queue(queue)
+            found = self._queues[queue] = (keys, keys.script_keys())
+        return found
+
+    async def _script(self, script: Script, queue: str, args: Sequence[Any]) -> Any:
+        keys, script_keys = self._keys(queue)
+        return await self._guard(self._require().script(script, script_keys, (keys.base, *args)))
+
+    def _call(self, script: Script, queue: str, args: Sequence[Any]) -> ScriptCall:
+        keys, script_keys = self._keys(queue)
+        return (script, script_keys, (keys.base, *args))
+
+    async def _queue_names(self) -> list[str]:
+        names = await self._guard(self._require().command("SMEMBERS", self._layout.registry))
+        return sorted(_text(name) for name in names)
+
+    async def _each_queue(
+        self, script: Script, args: Callable[[str], Sequence[Any]]
+    ) -> list[tuple[str, Any]]:
+        """Run ``script`` on every registered queue (pipelined); ``(queue, reply)`` pairs."""
+        transport = self._require()
+        names = await self._queue_names()
+        out: list[tuple[str, Any]] = []
+        for start in range(0, len(names), _QUEUES_PER_PIPELINE):
+            chunk = names[start : start + _QUEUES_PER_PIPELINE]
+            calls = [self._call(script, name, args(name)) for name in chunk]
+            replies = await self._guard(transport.scripts(calls))
+            out.extend(zip(chunk, replies, strict=True))
+        return out
+
+    # -- producing -------------------------------------------------------------------------
+    async def enqueue(self, jobs: Sequence[NewJob]) -> None:
+        if not jobs:
+            return
+        transport = self._require()
+        by_queue: dict[str, list[NewJob]] = {}
+        for job in jobs:
+            if any(not dep or " " in dep for dep in job.depends_on):
+                raise BadArgumentError(
+                    "queue/bad-argument",
+                    f"{self._where}: dependency ids must be non-empty and without spaces, "
+                    f"got {job.depends_on!r}",
+                )
+            by_queue.setdefault(job.queue, []).append(job)
+        # One script per queue: a batch is atomic per queue (the core enqueues one queue at a
+        # time; a cluster could not make several queues' slots atomic anyway).
+        for queue, batch in by_queue.items():
+            keys, script_keys = self._keys(queue)
+            if transport.cluster:
+                if queue not in self._registered:
+                    await self._guard(transport.command("SADD", self._layout.registry, queue))
+                    self._registered.add(queue)
+            else:
+                script_keys = (*script_keys, self._layout.registry)
+            rows = []
+            for job in batch:
+                optional: list[str] = []
+                if job.classification is not None:
+                    optional += ("classification", job.classification)
+                if job.trace_id is not None:
+                    optional += ("trace_id", job.trace_id)
+                if job.meta is not None:
+                    optional += ("meta", job.meta)
+                rows.append(
+                    (
+                        job.id,
+                        job.priority,
+                        repr(job.created_at),
+                        repr(job.available_at),
+                        job.max_attempts,
+                        job.payload,
+                        job.parked,
+                        job.flow_id or "",
+                        job.depends_on,
+                        optional,
+                    )
+                )
+            args = (keys.base, queue, _dumps(rows))
+            await self._guard(transport.script(ENQUEUE, script_keys, args))
+
+    # -- consuming -------------------------------------------------------------------------
+    async def lease(
+        self, queue: str, *, limit: int, now: float, lease_seconds: float
+    ) -> list[Lease]:
+        if limit <= 0:
+            self._require()
+            return []
+        # One token per call: the fence checks (id, token) pairs, and a job is leased again only
+        # by a later call with another token.
+        token = f"{secrets.token_hex(_TOKEN_HEX // 2)}:{queue}"
+        expires_at = now + lease_seconds
+        reply = await self._script(LEASE, queue, (now, limit, token, expires_at))
+        return [
+            Lease(job=_stored(queue, row), token=token, expires_at=expires_at)
+            for row in _rows(reply)
+        ]
+
+    async def settle(self, settlements: Sequence[Settlement], *, now: float) -> list[bool]:
+        if not settlements:
+            return []
+        self._require()
+        by_queue: dict[str, list[int]] = {}
+        for n, item in enumerate(settlements):
+            if item.outcome not in _OUTCOMES:
+                raise BadArgumentError(
+                    "queue/bad-argument",
+                    f"settlement outcome must be one of {sorted(_OUTCOMES)}, got {item.outcome!r}",
+                )
+            queue = _token_queue(item.token)
+            if queue is not None:
+                by_queue.setdefault(queue, []).append(n)
+        applied = [False] * len(settlements)
+        calls: list[ScriptCall] = []
+        for queue, indexes in by_queue.items():
+            items = []
+            for n in indexes:
+                item = settlements[n]
+                items.append(
+                    (
+                        item.job_id,
+                        item.token,
+                        item.outcome,
+                        repr(item.at),
+                        False if item.error is None else _storable(item.error),
+                        item.keep,
+                    )
+                )
+            calls.append(self._call(SETTLE, queue, (now, _dumps(items))))
+        replies = await self._run_calls(calls)
+        for indexes, reply in zip(by_queue.values(), replies, strict=True):
+            flags = _text(reply)
+            for n, flag in zip(indexes, flags, strict=True):
+                applied[n] = flag == "1"
+        return applied
+
+    async def _run_calls(self, calls: Sequence[ScriptCall]) -> list[Any]:
+        """One call directly, several pipelined."""
+        transport = self._require()
+        if len(calls) == 1:
+            return [await self._guard(transport.script(*calls[0]))]
+        return await self._guard(transport.scripts(calls))
+
+    async def extend(self, leases: Sequence[tuple[str, str]], *, expires_at: float) -> list[bool]:
+        if not leases:
+            return []
+        self._require()
+        by_queue: dict[str, list[int]] = {}
+        for n, (_job_id, token) in enumerate(leases):
+            queue = _token_queue(token)
+            if queue is not None:
+                by_queue.setdefault(queue, []).append(n)
+        held = [False] * len(leases)
+        calls = [
+            self._call(EXTEND, queue, (expires_at, _dumps([leases[n] for n in indexes])))
+            for queue, indexes in by_queue.items()
+        ]
+        replies = await self._run_calls(calls)
+        for indexes, reply in zip(by_queue.values(), replies, strict=True):
+            for n, flag in zip(indexes, _text(reply), strict=True):
+                held[n] = flag == "1"
+        return held
+
+    async def sweep(self, *, now: float, retain_done: float, expired_error: str) -> SweepResult:
+        transport = self._require()
+        cutoff = now - retain_done
+        expired: list[StoredJob] = []
+        dead: list[StoredJob] = []
+        pruned = 0
+        pending = await self._queue_names()
+        while pending:
+            chunk, pending = pending[:_QUEUES_PER_PIPELINE], pending[_QUEUES_PER_PIPELINE:]
+            args = (now, expired_error, cutoff, _BUDGET)
+            calls = [self._call(SWEEP, name, args) for name in chunk]
+            replies = await self._guard(transport.scripts(calls))
+            again: list[str] = []
+            for name, reply in zip(chunk, replies, strict=True):
+                expired += (_stored(name, row) for row in _rows(reply[0]))
+                dead += (_stored(name, row) for row in _rows(reply[1]))
+                pruned += int(reply[2])
+                if int(reply[3]):
+                    again.append(name)
+            pending = again + pending
+        return SweepResult(repended=len(expired), expired=expired, dead=dead, pruned=pruned)
+
+    async def wait_for_work(self, queue: str, *, timeout: float) -> None:
+        """Block on the queue's signal list (``BLPOP``) until a transition of another process
+        (or this one) makes a job due, or ``timeout`` seconds pass (at most 30 s a call)."""
+        transport = self._transport
+        if transport is None:
+            await anyio.sleep(max(0.0, timeout))
+            return
+        keys, _ = self._keys(queue)
+        await self._guard(transport.wait(keys.signal, max(0.0, timeout)))
+
+    # -- inspecting and operating ---------------------------------------------------------
+    async def size(self, queue: str) -> int:
+        return int(await self._script(SIZE, queue, ()))
+
+    async def purge(self, queue: str) -> int:
+        deleted = 0
+        while True:
+            live, more = await self._script(PURGE, queue, (_BUDGET,))
+            deleted += int(live)
+            if not int(more):
+                return deleted
+
+    async def dlq_list(self, queue: str, *, limit: int | None) -> list[StoredJob]:
+        if limit is not None and limit <= 0:
+            self._require()
+            return []
+        last = -1 if limit is None else limit - 1
+        reply = await self._script(DLQ_LIST, queue, (last,))
+        return [_stored(queue, row) for row in _rows(reply)]
+
+    async def dlq_retry(self, job_id: str, *, now: float) -> StoredJob | None:
+        # Given only an id: try every queue; the script moves the job only where it is dead.
+        for queue, reply in await self._each_queue(DLQ_RETRY, lambda _: (job_id, now)):
+            text = _text(reply)
+            if text:
+                return _stored(queue, json.loads(text))
+        return None
+
+    async def dlq_size(self, queue: str) -> int:
+        keys, _ = self._keys(queue)
+        return int(await self._guard(self._require().command("ZCARD", keys.dead)))
+
+    async def dlq_purge(self, queue: str) -> int:
+        deleted = 0
+        while True:
+            count, more = await self._script(DLQ_PURGE, queue, (_BUDGET,))
+            deleted += int(count)
+            if not int(more):
+                return deleted
+
+    # -- flows -----------------------------------------------------------------------------
+    async def flow_jobs(self, flow_id: str) -> list[StoredJob]:
+        jobs: list[StoredJob] = []
+        for queue, reply in await self._each_queue(FLOW_JOBS, lambda _: (flow_id,)):
+            jobs += (_stored(queue, row) for row in _rows(reply))
+        return jobs

@@ -1,0 +1,584 @@
+"""The Lua scripts of the ``redis`` backend: one script per state transition.
+
+A script runs atomically in Redis, so each transition below is atomic on its own, whatever
+other processes do, and a batch (of jobs to enqueue, leases to take, settlements to apply) costs
+one round trip.  Every per-queue script gets ``KEYS[1]`` = the queue's ``ready`` key (which
+routes the call to the right node of a cluster) and ``ARGV[1]`` = the queue's key base; the
+queue's other keys, job hashes and flow indexes are built on that base, so every key a script
+touches carries the queue's hash tag and lives in its slot.
+
+Times travel as the decimal strings Python wrote (``repr`` of a float: exact round trip) and
+are stored verbatim; Lua only *compares* them (``tonumber`` parses the same double), so no
+precision is lost.  Rows go back to Python as one ``cjson`` string (one bulk reply to parse,
+whatever the batch).
+
+Leasing order (priority desc, then available_at, then enqueue order) lives in the ``ready``
+zset: the score is ``-priority`` (an int32, exact in a double) and members with equal scores
+sort bytewise, so the member starts with 16 hex digits of ``available_at`` made sortable
+(the IEEE-754 bits, sign-flipped) then 16 hex digits of the queue's enqueue counter, then the
+job id.  Jobs not yet due wait in ``delayed`` (scored by ``available_at``); a lease first
+promotes the ones that came due.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Final
+
+import attrs
+
+__all__ = [
+    "DLQ_LIST",
+    "DLQ_PURGE",
+    "DLQ_RETRY",
+    "ENQUEUE",
+    "EXTEND",
+    "FLOW_JOBS",
+    "LEASE",
+    "PURGE",
+    "ROW_FIELDS",
+    "SCRIPTS",
+    "SETTLE",
+    "SIZE",
+    "SWEEP",
+    "WAKE_TOKENS",
+    "Script",
+]
+
+#: The most wake-up tokens a queue's signal list holds (each wakes one idle consumer).
+WAKE_TOKENS: Final = 16
+
+#: The fields of a job row as scripts return it, after the id (``ROW`` in :data:`PRELUDE`).
+ROW_FIELDS: Final = (
+    "state",
+    "payload",
+    "priority",
+    "attempts",
+    "max_attempts",
+    "created_at",
+    "available_at",
+    "classification",
+    "trace_id",
+    "last_error",
+    "meta",
+    "flow_id",
+    "depends_on",
+    "finished_at",
+    "seq",
+)
+
+
+@attrs.frozen
+class Script:
+    """One Lua script: its name (for messages), its source and its SHA1 (for ``EVALSHA``)."""
+
+    name: str
+    source: str
+    sha: str = attrs.field(init=False)
+
+    @sha.default
+    def _sha(self) -> str:
+        return hashlib.sha1(self.source.encode("utf-8")).hexdigest()
+
+
+_ROW_LUA = ", ".join(f"'{field}'" for field in ROW_FIELDS)
+
+# Helpers shared by every per-queue script.  f[i] below index ROW: 1 state, 2 payload,
+# 3 priority, 4 attempts, 5 max_attempts, 6 created_at, 7 available_at, 8 classification,
+# 9 trace_id, 10 last_error, 11 meta, 12 flow_id, 13 depends_on, 14 finished_at, 15 seq.
+PRELUDE: Final = f"""
+local base = ARGV[1]
+-- KEYS[1] is the ready zset (it routes the call on a cluster); the queue's other keys share
+-- its base and hash tag, hence its slot.
+local K_READY, K_DELAYED, K_INFLIGHT = KEYS[1], base .. 'delayed', base .. 'inflight'
+local K_DONE, K_DEAD, K_PARKED = base .. 'done', base .. 'dead', base .. 'parked'
+local K_SEQ, K_SIGNAL = base .. 'seq', base .. 'signal'
+local ROW = {{{_ROW_LUA}}}
+local WAKE_TOKENS = {WAKE_TOKENS}
+
+local function jkey(id) return base .. 'job:' .. id end
+
+-- Run `cmd key args...` in chunks (Lua's unpack is bounded): one call per chunk instead of
+-- one per job.  CHUNK is even, so score/member pairs never split.
+local CHUNK = 4000
+local function bulk(cmd, key, args)
+  local n = #args
+  local i = 1
+  while i <= n do
+    local j = math.min(i + CHUNK - 1, n)
+    redis.call(cmd, key, unpack(args, i, j))
+    i = j + 1
+  end
+end
+
+-- 16 hex digits that sort bytewise like the double they encode (memoised: a batch shares
+-- its times).
+local hexcache = {{}}
+local function hextime(t)
+  local hex = hexcache[t]
+  if hex then return hex end
+  local b = {{string.byte(struct.pack('>d', tonumber(t)), 1, 8)}}
+  if b[1] < 128 then
+    b[1] = b[1] + 128
+  else
+    for i = 1, 8 do b[i] = 255 - b[i] end
+  end
+  hex = string.format('%02x%02x%02x%02x%02x%02x%02x%02x',
+    b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8])
+  hexcache[t] = hex
+  return hex
+end
+
+-- Pending jobs are filed in `ready` / `delayed` in bulk by flush().
+local ready_adds, delayed_adds = {{}}, {{}}
+
+local function make_ready(id, avail, prio, seq)
+  local n = #ready_adds
+  ready_adds[n + 1] = 0 - tonumber(prio)
+  ready_adds[n + 2] = hextime(avail) .. string.format('%016x', tonumber(seq)) .. id
+end
+
+-- File a pending job due at avail; 1 when it is due by now (ready), else 0 (delayed).
+local function pend(id, avail, prio, seq, now)
+  if tonumber(avail) <= tonumber(now) then
+    make_ready(id, avail, prio, seq)
+    return 1
+  end
+  local n = #delayed_adds
+  delayed_adds[n + 1] = avail
+  delayed_adds[n + 2] = id
+  return 0
+end
+
+local function flush()
+  if #ready_adds > 0 then
+    bulk('ZADD', K_READY, ready_adds)
+    ready_adds = {{}}
+  end
+  if #delayed_adds > 0 then
+    bulk('ZADD', K_DELAYED, delayed_adds)
+    delayed_adds = {{}}
+  end
+end
+
+-- Wake up to `count` idle consumers (each BLPOPs one token).
+local function signal(count)
+  if count <= 0 then return end
+  if count > WAKE_TOKENS then count = WAKE_TOKENS end
+  local tokens = {{}}
+  for i = 1, count do tokens[i] = '1' end
+  redis.call('LPUSH', K_SIGNAL, unpack(tokens))
+  redis.call('LTRIM', K_SIGNAL, 0, WAKE_TOKENS - 1)
+end
+
+local function row(id, f)
+  local r = {{id}}
+  for i = 1, #ROW do r[i + 1] = f[i] end
+  return r
+end
+
+local function encode(rows)
+  if #rows == 0 then return '' end
+  return cjson.encode(rows)
+end
+
+-- Delete a job's hash and indexes (not its membership in the state zsets: callers do that).
+local function delete_job(id, flow_id)
+  if flow_id then redis.call('ZREM', base .. 'flow:' .. flow_id, id) end
+  redis.call('DEL', jkey(id), base .. 'deps:' .. id)
+end
+"""
+
+
+def _script(name: str, body: str) -> Script:
+    return Script(name, PRELUDE + body)
+
+
+# ARGV: base, queue name, the jobs as one JSON array of [id, priority, created_at,
+# available_at, max_attempts, payload, parked (true/false), flow_id ('' = none), [deps...],
+# [optional field, value, ...]] (times as decimal strings).  KEYS[2], when given, is the queue
+# registry (single server only; on a cluster the backend registers the queue itself, the
+# registry living in another slot).
+ENQUEUE: Final = _script(
+    "enqueue",
+    """
+local jobs = cjson.decode(ARGV[3])
+local n = #jobs
+local seen = {}
+for j = 1, n do
+  local id = jobs[j][1]
+  if seen[id] or redis.call('EXISTS', jkey(id)) == 1 then
+    return redis.error_reply('BQDUP a job with id ' .. id .. ' already exists')
+  end
+  seen[id] = true
+end
+local seq = redis.call('INCRBY', K_SEQ, n) - n
+local woken = 0
+local parked = {}
+for j = 1, n do
+  local job = jobs[j]
+  local id, prio, created, avail = job[1], job[2], job[3], job[4]
+  local flow, deps, opt = job[8], job[9], job[10]
+  seq = seq + 1
+  local key = jkey(id)
+  local state = 'pending'
+  if job[7] then state = 'parked' end
+  redis.call('HSET', key, 'state', state, 'payload', job[6], 'priority', prio,
+    'attempts', '0', 'max_attempts', job[5], 'created_at', created,
+    'available_at', avail, 'seq', seq)
+  if #opt > 0 then redis.call('HSET', key, unpack(opt)) end
+  if flow ~= '' then
+    redis.call('HSET', key, 'flow_id', flow)
+    redis.call('ZADD', base .. 'flow:' .. flow, seq, id)
+  end
+  if #deps > 0 then
+    redis.call('HSET', key, 'depends_on', table.concat(deps, ' '))
+    if state == 'parked' then
+      for _, dep in ipairs(deps) do redis.call('SADD', base .. 'deps:' .. dep, id) end
+    end
+  end
+  if state == 'parked' then
+    parked[#parked + 1] = id
+  else
+    -- Due at enqueue (by the producer's clock: available_at <= created_at) or delayed.
+    woken = woken + pend(id, avail, prio, seq, created)
+  end
+end
+flush()
+bulk('SADD', K_PARKED, parked)
+if KEYS[2] then redis.call('SADD', KEYS[2], ARGV[2]) end
+signal(woken)
+return n
+""",
+)
+
+# ARGV: base, now, limit, token, expires_at.  Returns the leased rows (JSON) in lease order.
+LEASE: Final = _script(
+    "lease",
+    """
+local now, limit, token, expires = ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5]
+local nnow = tonumber(now)
+local due = redis.call('ZRANGEBYSCORE', K_DELAYED, '-inf', now)
+if #due > 0 then
+  redis.call('ZREMRANGEBYSCORE', K_DELAYED, '-inf', now)
+  for _, id in ipairs(due) do
+    local f = redis.call('HMGET', jkey(id), 'priority', 'available_at', 'seq')
+    if f[1] then make_ready(id, f[2], f[1], f[3]) end
+  end
+  flush()
+end
+local out = {}
+local inflight = {}
+while #out < limit do
+  local members = redis.call('ZRANGE', K_READY, 0, limit - #out - 1)
+  if #members == 0 then break end
+  redis.call('ZREMRANGEBYRANK', K_READY, 0, #members - 1)
+  for _, m in ipairs(members) do
+    local id = string.sub(m, 33)
+    local key = jkey(id)
+    local f = redis.call('HMGET', key, unpack(ROW))
+    if f[1] == 'pending' then
+      if tonumber(f[7]) > nnow then
+        -- Due by a clock ahead of ours (another process): not yet for us.
+        pend(id, f[7], f[3], f[15], now)
+      else
+        local attempts = tonumber(f[4]) + 1
+        redis.call('HSET', key, 'state', 'inflight', 'attempts', attempts, 'token', token,
+          'expires_at', expires)
+        inflight[#inflight + 1] = expires
+        inflight[#inflight + 1] = id
+        f[1] = 'inflight'
+        f[4] = tostring(attempts)
+        out[#out + 1] = row(id, f)
+      end
+    end
+  end
+end
+flush()
+bulk('ZADD', K_INFLIGHT, inflight)
+return encode(out)
+""",
+)
+
+# ARGV: base, now, the settlements as one JSON array of [id, token, outcome, at, error (false:
+# none), keep (true/false)].  Returns one '1' (applied) or '0' (stale) per settlement.
+SETTLE: Final = _script(
+    "settle",
+    """
+local now = ARGV[2]
+local items = cjson.decode(ARGV[3])
+local res = {}
+local woken = 0
+local settled, done, dead = {}, {}, {}
+
+-- Pend every job of `waiting` (parked behind a job that just became done) whose dependencies
+-- are all done or gone.
+local function release(waiting, at)
+  for _, cid in ipairs(waiting) do
+    local ck = jkey(cid)
+    local c = redis.call('HMGET', ck, 'state', 'depends_on', 'priority', 'seq')
+    if c[1] == 'parked' then
+      local free = true
+      for dep in string.gmatch(c[2] or '', '[^ ]+') do
+        local st = redis.call('HGET', jkey(dep), 'state')
+        if st and st ~= 'done' then
+          free = false
+          break
+        end
+      end
+      if free then
+        redis.call('HSET', ck, 'state', 'pending', 'available_at', at)
+        redis.call('SREM', K_PARKED, cid)
+        woken = woken + pend(cid, at, c[3], c[4], now)
+      end
+    end
+  end
+end
+
+for j, item in ipairs(items) do
+  local id, token, outcome, at, err, keep = item[1], item[2], item[3], item[4], item[5], item[6]
+  local key = jkey(id)
+  local f = redis.call('HMGET', key, 'state', 'token', 'flow_id', 'priority', 'seq', 'attempts')
+  if f[1] ~= 'inflight' or f[2] ~= token then
+    res[j] = '0'
+  else
+    res[j] = '1'
+    settled[#settled + 1] = id
+    local has_err = type(err) == 'string'
+    if outcome == 'done' then
+      local waiting = nil
+      if f[3] then
+        local dkey = base .. 'deps:' .. id
+        waiting = redis.call('SMEMBERS', dkey)
+        redis.call('DEL', dkey)
+      end
+      if keep then
+        redis.call('HSET', key, 'state', 'done', 'finished_at', at)
+        done[#done + 1] = at
+        done[#done + 1] = id
+      else
+        delete_job(id, f[3])
+      end
+      if waiting then release(waiting, at) end
+    elseif outcome == 'dead' then
+      redis.call('HSET', key, 'state', 'dead', 'finished_at', at)
+      if has_err then
+        redis.call('HSET', key, 'last_error', err)
+      else
+        redis.call('HDEL', key, 'last_error')
+      end
+      dead[#dead + 1] = at
+      dead[#dead + 1] = id
+    elseif outcome == 'retry' then
+      redis.call('HSET', key, 'state', 'pending', 'available_at', at)
+      if has_err then
+        redis.call('HSET', key, 'last_error', err)
+      else
+        redis.call('HDEL', key, 'last_error')
+      end
+      woken = woken + pend(id, at, f[4], f[5], now)
+    else -- release: the interrupted attempt is given back
+      local attempts = tonumber(f[6]) - 1
+      if attempts < 0 then attempts = 0 end
+      redis.call('HSET', key, 'state', 'pending', 'available_at', at, 'attempts', attempts)
+      if has_err then redis.call('HSET', key, 'last_error', err) end
+      woken = woken + pend(id, at, f[4], f[5], now)
+    end
+  end
+end
+bulk('ZREM', K_INFLIGHT, settled)
+bulk('ZADD', K_DONE, done)
+bulk('ZADD', K_DEAD, dead)
+flush()
+signal(woken)
+return table.concat(res)
+""",
+)
+
+# ARGV: base, expires_at, the leases as one JSON array of [id, token].  One '1'/'0' per lease.
+EXTEND: Final = _script(
+    "extend",
+    """
+local expires = ARGV[2]
+local res = {}
+for j, pair in ipairs(cjson.decode(ARGV[3])) do
+  local id, token = pair[1], pair[2]
+  local key = jkey(id)
+  local f = redis.call('HMGET', key, 'state', 'token')
+  if f[1] == 'inflight' and f[2] == token then
+    redis.call('HSET', key, 'expires_at', expires)
+    redis.call('ZADD', K_INFLIGHT, expires, id)
+    res[j] = '1'
+  else
+    res[j] = '0'
+  end
+end
+return table.concat(res)
+""",
+)
+
+# ARGV: base, now, expired_error, cutoff (prune done jobs finished before it), budget.
+# Returns [expired rows (JSON), dead rows (JSON), pruned count, more (1: a budget ran out)].
+SWEEP: Final = _script(
+    "sweep",
+    """
+local now, err, cutoff, budget = ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
+local expired, dead = {}, {}
+local woken = 0
+local ids = redis.call('ZRANGEBYSCORE', K_INFLIGHT, '-inf', now, 'LIMIT', 0, budget)
+bulk('ZREM', K_INFLIGHT, ids)
+local buried = {}
+for _, id in ipairs(ids) do
+  local key = jkey(id)
+  local f = redis.call('HMGET', key, unpack(ROW))
+  if f[1] == 'inflight' then
+    if tonumber(f[4]) >= tonumber(f[5]) then
+      redis.call('HSET', key, 'state', 'dead', 'last_error', err, 'finished_at', now)
+      buried[#buried + 1] = now
+      buried[#buried + 1] = id
+      f[1], f[10], f[14] = 'dead', err, now
+      dead[#dead + 1] = row(id, f)
+    else
+      redis.call('HSET', key, 'state', 'pending', 'available_at', now)
+      woken = woken + pend(id, now, f[3], f[15], now)
+      f[1], f[7] = 'pending', now
+      expired[#expired + 1] = row(id, f)
+    end
+  end
+end
+bulk('ZADD', K_DEAD, buried)
+flush()
+local old = redis.call('ZRANGEBYSCORE', K_DONE, '-inf', '(' .. cutoff, 'LIMIT', 0, budget)
+for _, id in ipairs(old) do
+  delete_job(id, redis.call('HGET', jkey(id), 'flow_id'))
+end
+bulk('ZREM', K_DONE, old)
+signal(woken)
+local more = 0
+if #ids >= budget or #old >= budget then more = 1 end
+return {encode(expired), encode(dead), #old, more}
+""",
+)
+
+# ARGV: base.  Pending (delayed included) + inflight + parked.
+SIZE: Final = _script(
+    "size",
+    """
+return redis.call('ZCARD', K_READY) + redis.call('ZCARD', K_DELAYED)
+  + redis.call('ZCARD', K_INFLIGHT) + redis.call('SCARD', K_PARKED)
+""",
+)
+
+# ARGV: base, budget.  Deletes up to `budget` live and retained done jobs; returns
+# {live jobs deleted, more (1 when the budget ran out)}.
+PURGE: Final = _script(
+    "purge",
+    """
+local budget = tonumber(ARGV[2])
+local live = 0
+local function wipe(zkey, offset, counts)
+  if budget <= 0 then return end
+  local members = redis.call('ZRANGE', zkey, 0, budget - 1)
+  for _, m in ipairs(members) do
+    local id = string.sub(m, offset)
+    delete_job(id, redis.call('HGET', jkey(id), 'flow_id'))
+  end
+  if #members > 0 then redis.call('ZREMRANGEBYRANK', zkey, 0, #members - 1) end
+  budget = budget - #members
+  if counts then live = live + #members end
+end
+wipe(K_READY, 33, true)
+wipe(K_DELAYED, 1, true)
+wipe(K_INFLIGHT, 1, true)
+if budget > 0 then
+  local parked = redis.call('SPOP', K_PARKED, budget)
+  for _, id in ipairs(parked) do
+    delete_job(id, redis.call('HGET', jkey(id), 'flow_id'))
+  end
+  budget = budget - #parked
+  live = live + #parked
+end
+wipe(K_DONE, 1, false)
+local more = 0
+if budget <= 0 then more = 1 end
+return {live, more}
+""",
+)
+
+# ARGV: base, limit (-1: all).  The dead jobs, most recently failed first (JSON rows).
+DLQ_LIST: Final = _script(
+    "dlq_list",
+    """
+local ids = redis.call('ZREVRANGE', K_DEAD, 0, tonumber(ARGV[2]))
+local out = {}
+for _, id in ipairs(ids) do
+  local f = redis.call('HMGET', jkey(id), unpack(ROW))
+  if f[1] == 'dead' then out[#out + 1] = row(id, f) end
+end
+return encode(out)
+""",
+)
+
+# ARGV: base, job id, now.  Moves the dead job back to pending (attempts 0, due now) and
+# returns its row as it was; '' when this queue has no dead job with that id.
+DLQ_RETRY: Final = _script(
+    "dlq_retry",
+    """
+local id, now = ARGV[2], ARGV[3]
+local key = jkey(id)
+local f = redis.call('HMGET', key, unpack(ROW))
+if f[1] ~= 'dead' then return '' end
+local before = cjson.encode(row(id, f))
+redis.call('ZREM', K_DEAD, id)
+redis.call('HSET', key, 'state', 'pending', 'attempts', '0', 'available_at', now)
+redis.call('HDEL', key, 'finished_at')
+local woken = pend(id, now, f[3], f[15], now)
+flush()
+signal(woken)
+return before
+""",
+)
+
+# ARGV: base, budget.  Deletes up to `budget` dead jobs; returns {deleted, more}.
+DLQ_PURGE: Final = _script(
+    "dlq_purge",
+    """
+local budget = tonumber(ARGV[2])
+local ids = redis.call('ZRANGE', K_DEAD, 0, budget - 1)
+for _, id in ipairs(ids) do
+  delete_job(id, redis.call('HGET', jkey(id), 'flow_id'))
+end
+if #ids > 0 then redis.call('ZREMRANGEBYRANK', K_DEAD, 0, #ids - 1) end
+local more = 0
+if #ids >= budget then more = 1 end
+return {#ids, more}
+""",
+)
+
+# ARGV: base, flow id.  The flow's jobs still stored in this queue, in enqueue order.
+FLOW_JOBS: Final = _script(
+    "flow_jobs",
+    """
+local ids = redis.call('ZRANGE', base .. 'flow:' .. ARGV[2], 0, -1)
+local out = {}
+for _, id in ipairs(ids) do
+  local f = redis.call('HMGET', jkey(id), unpack(ROW))
+  if f[1] then out[#out + 1] = row(id, f) end
+end
+return encode(out)
+""",
+)
+
+SCRIPTS: Final = (
+    ENQUEUE,
+    LEASE,
+    SETTLE,
+    EXTEND,
+    SWEEP,
+    SIZE,
+    PURGE,
+    DLQ_LIST,
+    DLQ_RETRY,
+    DLQ_PURGE,
+    FLOW_JOBS,
+)

@@ -1,0 +1,537 @@
+"""The transport seam: how the backend talks to Redis on asyncio and on trio.
+
+redis-py's asyncio client runs only on asyncio, so the backend talks through the small
+:class:`Transport` interface, with two implementations picked at ``open()`` by the running
+event loop:
+
+* :class:`AsyncioTransport`: redis-py's asyncio client (``redis.asyncio``), on asyncio;
+* :class:`ThreadTransport`: redis-py's sync client in anyio worker threads, bounded by an
+  explicit :class:`anyio.CapacityLimiter` (the size of its connection pool), on trio (and on
+  asyncio when the caller hands in a sync client).
+
+Both speak to a single server or, with the cluster clients, to a Redis Cluster.  Scripts are
+called by SHA (``EVALSHA``); a server that forgot them (restart, ``SCRIPT FLUSH``, a new cluster
+node) answers ``NOSCRIPT`` and the call is repeated once with ``EVAL``, which loads the script
+again.
+
+**Blocking waits.**  An idle consumer waits with ``BLPOP`` on its queue's signal list, on a
+connection of its own (a blocked connection can do nothing else).  When the wait is cancelled
+(work came from this process, the consumer stops), cancelling a read half-way would leave the
+connection unusable, so the pop runs shielded and the transport ends it from another
+connection with ``CLIENT UNBLOCK``: the dedicated connection stays healthy and is reused.
+"""
+
+from __future__ import annotations
+
+import abc
+import functools
+import socket
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Final, TypeVar
+
+import anyio
+import anyio.lowlevel
+import anyio.to_thread
+import redis
+import redis.asyncio
+import redis.asyncio.cluster
+import redis.asyncio.retry
+import redis.cluster
+import redis.retry
+from redis.backoff import NoBackoff
+from redis.exceptions import NoScriptError
+
+from blamequeue_redis._scripts import Script
+
+__all__ = [
+    "AsyncioTransport",
+    "ClientSettings",
+    "ScriptCall",
+    "ThreadTransport",
+    "Transport",
+    "current_library",
+    "is_async_client",
+    "is_cluster_client",
+    "is_sync_client",
+]
+
+T = TypeVar("T")
+
+#: Connections a transport keeps for commands (and worker threads it uses at once).
+POOL_SIZE: Final = 16
+#: Worker threads the thread transport lets block in BLPOP at once.
+WAIT_THREADS: Final = 64
+#: Seconds before a command's reply is given up on (the server is then deemed unavailable), on
+#: the thread transport.  The asyncio client sets no per-command timeout (redis-py would start
+#: a task per command for it, a third of a round trip's cost); a dead peer is noticed through
+#: TCP keepalive and TCP_USER_TIMEOUT (below) instead.
+SOCKET_TIMEOUT: Final = 10.0
+CONNECT_TIMEOUT: Final = 5.0
+#: Notice a vanished server or network within ~15 s, also while a reply is awaited.
+_TCP_OPTIONS: Final = {
+    option: value
+    for name, value in (
+        ("TCP_KEEPIDLE", 5),
+        ("TCP_KEEPINTVL", 2),
+        ("TCP_KEEPCNT", 3),
+        ("TCP_USER_TIMEOUT", 15_000),
+    )
+    if (option := getattr(socket, name, None)) is not None
+}
+#: The longest single BLPOP; a longer wait simply returns early (allowed by the contract).
+MAX_BLOCK: Final = 30.0
+#: How long a cancelled wait keeps asking the server to unblock its pop before giving up.
+_UNBLOCK_DEADLINE: Final = MAX_BLOCK + 5.0
+_UNBLOCK_PAUSE: Final = 0.005
+
+ScriptCall = tuple[Script, Sequence[str], Sequence[Any]]
+"""A script with its ``KEYS`` and ``ARGV``."""
+
+_ASYNC_CLIENTS: Final = (redis.asyncio.Redis, redis.asyncio.cluster.RedisCluster)
+_SYNC_CLIENTS: Final = (redis.Redis, redis.cluster.RedisCluster)
+_CLUSTER_CLIENTS: Final = (redis.asyncio.cluster.RedisCluster, redis.cluster.RedisCluster)
+
+
+def is_async_client(client: object) -> bool:
+    return isinstance(client, _ASYNC_CLIENTS)
+
+
+def is_sync_client(client: object) -> bool:
+    return isinstance(client, _SYNC_CLIENTS)
+
+
+def is_cluster_client(client: object) -> bool:
+    return isinstance(client, _CLUSTER_CLIENTS)
+
+
+def current_library() -> str:
+    """The running async library: ``"asyncio"`` or ``"trio"``."""
+    try:
+        import sniffio
+    except ImportError:  # trio depends on sniffio: without it only asyncio can be running
+        return "asyncio"
+    return sniffio.current_async_library()
+
+
+# The queue's own retry policy and circuit breaker handle failures; redis-py retrying
+# underneath would multiply the waits and hide outages from the breaker.
+def _no_retry() -> redis.retry.Retry:
+    return redis.retry.Retry(NoBackoff(), 0)
+
+
+def _no_async_retry() -> redis.asyncio.retry.Retry:
+    return redis.asyncio.retry.Retry(NoBackoff(), 0)
+
+
+class ClientSettings:
+    """How to build clients the backend owns (from the ``url`` option)."""
+
+    def __init__(
+        self, *, url: str, username: str | None, password: str | None, cluster: bool
+    ) -> None:
+        self.url = url
+        self.cluster = cluster
+        self.kwargs: dict[str, Any] = {
+            "decode_responses": True,
+            # Text is stored exactly as Python holds it, unpaired surrogates included.
+            "encoding_errors": "surrogatepass",
+            "socket_connect_timeout": CONNECT_TIMEOUT,
+        }
+        if not url.lower().startswith("unix:"):
+            self.kwargs["socket_keepalive"] = True
+            self.kwargs["socket_keepalive_options"] = _TCP_OPTIONS
+        if username is not None:
+            self.kwargs["username"] = username
+        if password is not None:
+            self.kwargs["password"] = password
+
+    def asyncio_client(self) -> Any:
+        kwargs = {**self.kwargs, "socket_timeout": None, "retry": _no_async_retry()}
+        if self.cluster:
+            return redis.asyncio.cluster.RedisCluster.from_url(
+                self.url, max_connections=2 * POOL_SIZE, **kwargs
+            )
+        # A plain pool: the transport bounds concurrent commands itself (a blocking pool
+        # costs a timer per command).
+        pool = redis.asyncio.ConnectionPool.from_url(self.url, **kwargs)
+        return redis.asyncio.Redis(connection_pool=pool, retry=_no_async_retry())
+
+    def sync_client(self) -> Any:
+        kwargs = {**self.kwargs, "socket_timeout": SOCKET_TIMEOUT, "retry": _no_retry()}
+        if self.cluster:
+            return redis.cluster.RedisCluster.from_url(
+                self.url, max_connections=POOL_SIZE, **kwargs
+            )
+        # At most POOL_SIZE worker threads use it at once (the transport's limiter).
+        pool = redis.ConnectionPool.from_url(self.url, max_connections=POOL_SIZE, **kwargs)
+        return redis.Redis(connection_pool=pool, retry=_no_retry())
+
+
+def _blpop_timeout(seconds: float) -> str | None:
+    """BLPOP's timeout argument, in whole milliseconds (a zero timeout blocks for ever, so a
+    wait shorter than a millisecond is not sent at all)."""
+    millis = min(int(seconds * 1000), int(MAX_BLOCK * 1000))
+    if millis < 1:
+        return None
+    return f"{millis / 1000:.3f}"
+
+
+async def _run_unblockable(
+    pop: Callable[[], Awaitable[T]], unblock: Callable[[], Awaitable[object]]
+) -> T:
+    """Run ``pop`` (a BLPOP) shielded from cancellation; when the caller is cancelled, end the
+    pop early through ``unblock`` (CLIENT UNBLOCK from another connection), wait for it, and
+    let the cancellation go on.  The pop's connection is never abandoned mid-reply."""
+    finished = anyio.Event()
+    outcome: list[T] = []
+    failure: list[Exception] = []
+
+    async def run_pop() -> None:
+        try:
+            with anyio.CancelScope(shield=True):
+                outcome.append(await pop())
+        except Exception as exc:
+            failure.append(exc)
+        finally:
+            finished.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run_pop)
+        try:
+            await finished.wait()
+        except anyio.get_cancelled_exc_class():
+            with anyio.CancelScope(shield=True), anyio.move_on_after(_UNBLOCK_DEADLINE):
+                # The UNBLOCK may overtake the BLPOP it targets (two connections): repeat it
+                # until the pop has returned.
+                while not finished.is_set():
+                    try:
+                        await unblock()
+                    except Exception:
+                        break  # the pop then ends at its own timeout
+                    with anyio.move_on_after(_UNBLOCK_PAUSE):
+                        await finished.wait()
+            raise
+    if failure:
+        raise failure[0]
+    return outcome[0]
+
+
+class Transport(abc.ABC):
+    """What the backend needs from a Redis client."""
+
+    def __init__(self, client: Any, *, owned: bool) -> None:
+        self.client = client
+        self.owned = owned
+        self.cluster = is_cluster_client(client)
+
+    @abc.abstractmethod
+    async def command(self, *args: Any) -> Any:
+        """Run one command; its reply (parsed as redis-py parses it)."""
+
+    @abc.abstractmethod
+    async def script(self, script: Script, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        """Run ``script`` by SHA (loading it again if the server forgot it)."""
+
+    @abc.abstractmethod
+    async def scripts(self, calls: Sequence[ScriptCall]) -> list[Any]:
+        """Run several scripts in one pipeline (one round trip per server); replies in order."""
+
+    @abc.abstractmethod
+    async def load(self, scripts: Sequence[Script]) -> None:
+        """``SCRIPT LOAD`` every script (on every primary of a cluster)."""
+
+    @abc.abstractmethod
+    async def wait(self, key: str, timeout: float) -> bool:
+        """BLPOP ``key`` for up to ``timeout`` seconds; True when a token came."""
+
+    @abc.abstractmethod
+    async def aclose(self) -> None:
+        """Close what the transport opened; never a client it was handed."""
+
+
+def _evalsha(script: Script, keys: Sequence[str], args: Sequence[Any]) -> tuple[Any, ...]:
+    return ("EVALSHA", script.sha, len(keys), *keys, *args)
+
+
+def _eval(script: Script, keys: Sequence[str], args: Sequence[Any]) -> tuple[Any, ...]:
+    return ("EVAL", script.source, len(keys), *keys, *args)
+
+
+# -- asyncio ---------------------------------------------------------------------------------
+class _AsyncWaiter:
+    """A dedicated connection for BLPOP (and the node it talks to, on a cluster)."""
+
+    def __init__(self, connection: Any, node: Any) -> None:
+        self.connection = connection
+        self.node = node
+        self.client_id: int | None = None
+
+    async def start(self) -> None:
+        await self.connection.connect()
+        await self.connection.send_command("CLIENT", "ID")
+        self.client_id = int(await self.connection.read_response())
+
+    async def pop(self, key: str, timeout: str) -> bool:
+        await self.connection.send_command("BLPOP", key, timeout)
+        return await self.connection.read_response() is not None
+
+    async def close(self) -> None:
+        await self.connection.disconnect()
+
+
+def _semaphore(size: int) -> anyio.Semaphore:
+    try:
+        # No checkpoint when a slot is free: this guards every command.
+        return anyio.Semaphore(size, fast_acquire=True)
+    except TypeError:  # anyio < 4.5
+        return anyio.Semaphore(size)
+
+
+class AsyncioTransport(Transport):
+    """redis-py's asyncio client (single server or cluster), on asyncio."""
+
+    def __init__(self, client: Any, *, owned: bool) -> None:
+        super().__init__(client, owned=owned)
+        self._idle: dict[str, list[_AsyncWaiter]] = {}
+        # Bounds the commands in flight (and so the connections the pool opens).
+        self._slots = _semaphore(POOL_SIZE)
+
+    async def command(self, *args: Any) -> Any:
+        async with self._slots:
+            return await self.client.execute_command(*args)
+
+    async def script(self, script: Script, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        async with self._slots:
+            try:
+                return await self.client.execute_command(*_evalsha(script, keys, args))
+            except NoScriptError:
+                return await self.client.execute_command(*_eval(script, keys, args))
+
+    async def scripts(self, calls: Sequence[ScriptCall]) -> list[Any]:
+        if not calls:
+            return []
+        pipe = self.client.pipeline(transaction=False)
+        for script, keys, args in calls:
+            pipe.execute_command(*_evalsha(script, keys, args))
+        async with self._slots:
+            replies = list(await pipe.execute(raise_on_error=False))
+        for n, reply in enumerate(replies):
+            if isinstance(reply, NoScriptError):
+                replies[n] = await self.script(*calls[n])
+            elif isinstance(reply, Exception):
+                raise reply
+        return replies
+
+    async def load(self, scripts: Sequence[Script]) -> None:
+        for script in scripts:
+            await self.client.script_load(script.source)
+
+    def _waiter_source(self, key: str) -> tuple[str, Any, Callable[[], Any]]:
+        """(pool name, node, factory of a new dedicated connection) for waits on ``key``."""
+        if self.cluster:
+            node = self.client.get_node_from_key(key)
+            kwargs = {**node.connection_kwargs, "socket_timeout": MAX_BLOCK + SOCKET_TIMEOUT}
+            factory = functools.partial(
+                node.connection_class, host=node.host, port=node.port, **kwargs
+            )
+            return node.name, node, factory
+        pool = self.client.connection_pool
+        kwargs = {**pool.connection_kwargs, "socket_timeout": MAX_BLOCK + SOCKET_TIMEOUT}
+        return "", None, functools.partial(pool.connection_class, **kwargs)
+
+    async def wait(self, key: str, timeout: float) -> bool:
+        blpop_timeout = _blpop_timeout(timeout)
+        if blpop_timeout is None:
+            await anyio.lowlevel.checkpoint()
+            return False
+        if self.cluster:
+            await self.client.initialize()
+        name, node, factory = self._waiter_source(key)
+        idle = self._idle.setdefault(name, [])
+        if idle:
+            waiter = idle.pop()
+        else:
+            waiter = _AsyncWaiter(factory(), node)
+            try:
+                await waiter.start()
+            except BaseException:
+                with anyio.CancelScope(shield=True):
+                    await waiter.close()
+                raise
+        healthy = False
+        try:
+            got = await _run_unblockable(
+                lambda: waiter.pop(key, blpop_timeout), lambda: self._unblock(waiter)
+            )
+            healthy = True
+            return got
+        finally:
+            if healthy:
+                idle.append(waiter)
+            else:
+                with anyio.CancelScope(shield=True):
+                    await waiter.close()
+
+    async def _unblock(self, waiter: _AsyncWaiter) -> object:
+        if waiter.node is not None:
+            return await self.client.execute_command(
+                "CLIENT UNBLOCK", waiter.client_id, target_nodes=waiter.node
+            )
+        return await self.client.execute_command("CLIENT", "UNBLOCK", waiter.client_id)
+
+    async def aclose(self) -> None:
+        waiters = [waiter for idle in self._idle.values() for waiter in idle]
+        self._idle.clear()
+        for waiter in waiters:
+            await waiter.close()
+        if self.owned:
+            close = getattr(self.client, "aclose", None) or self.client.close  # redis < 5.0.1
+            await close()
+            pool = getattr(self.client, "connection_pool", None)
+            if pool is not None:
+                await pool.disconnect()
+
+
+# -- threads (trio) --------------------------------------------------------------------------
+class _SyncWaiter:
+    def __init__(self, connection: Any, node: Any) -> None:
+        self.connection = connection
+        self.node = node
+        self.client_id: int | None = None
+
+    def start(self) -> None:
+        self.connection.connect()
+        self.connection.send_command("CLIENT", "ID")
+        self.client_id = int(self.connection.read_response())
+
+    def pop(self, key: str, timeout: str) -> bool:
+        self.connection.send_command("BLPOP", key, timeout)
+        return self.connection.read_response() is not None
+
+    def close(self) -> None:
+        self.connection.disconnect()
+
+
+class ThreadTransport(Transport):
+    """redis-py's sync client (single server or cluster) in anyio worker threads."""
+
+    def __init__(self, client: Any, *, owned: bool) -> None:
+        super().__init__(client, owned=owned)
+        self._limiter = anyio.CapacityLimiter(POOL_SIZE)
+        self._wait_limiter = anyio.CapacityLimiter(WAIT_THREADS)
+        self._idle: dict[str, list[_SyncWaiter]] = {}
+
+    async def _run(self, fn: Callable[[], T]) -> T:
+        return await anyio.to_thread.run_sync(fn, limiter=self._limiter)
+
+    async def command(self, *args: Any) -> Any:
+        return await self._run(functools.partial(self.client.execute_command, *args))
+
+    def _script_sync(self, script: Script, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        try:
+            return self.client.execute_command(*_evalsha(script, keys, args))
+        except NoScriptError:
+            return self.client.execute_command(*_eval(script, keys, args))
+
+    async def script(self, script: Script, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        return await self._run(functools.partial(self._script_sync, script, keys, args))
+
+    def _scripts_sync(self, calls: Sequence[ScriptCall]) -> list[Any]:
+        pipe = self.client.pipeline(transaction=False)
+        for script, keys, args in calls:
+            pipe.execute_command(*_evalsha(script, keys, args))
+        replies = list(pipe.execute(raise_on_error=False))
+        for n, reply in enumerate(replies):
+            if isinstance(reply, NoScriptError):
+                replies[n] = self._script_sync(*calls[n])
+            elif isinstance(reply, Exception):
+                raise reply
+        return replies
+
+    async def scripts(self, calls: Sequence[ScriptCall]) -> list[Any]:
+        if not calls:
+            return []
+        return await self._run(functools.partial(self._scripts_sync, calls))
+
+    async def load(self, scripts: Sequence[Script]) -> None:
+        def load_all() -> None:
+            for script in scripts:
+                self.client.script_load(script.source)
+
+        await self._run(load_all)
+
+    async def _checkout(self, key: str) -> _SyncWaiter:
+        """An idle dedicated connection for waits on ``key``, or a new one."""
+        if self.cluster:
+            node = self.client.get_node_from_key(key)
+            pool = node.redis_connection.connection_pool
+            name = node.name
+        else:
+            node, pool, name = None, self.client.connection_pool, ""
+        idle = self._idle.setdefault(name, [])
+        if idle:
+            return idle.pop()
+        kwargs = {**pool.connection_kwargs, "socket_timeout": MAX_BLOCK + SOCKET_TIMEOUT}
+        waiter = _SyncWaiter(pool.connection_class(**kwargs), node)
+        try:
+            await self._run(waiter.start)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await self._run(waiter.close)
+            raise
+        return waiter
+
+    def _checkin(self, waiter: _SyncWaiter) -> None:
+        name = "" if waiter.node is None else waiter.node.name
+        self._idle.setdefault(name, []).append(waiter)
+
+    async def wait(self, key: str, timeout: float) -> bool:
+        blpop_timeout = _blpop_timeout(timeout)
+        if blpop_timeout is None:
+            await anyio.lowlevel.checkpoint()
+            return False
+        waiter = await self._checkout(key)
+        healthy = False
+        try:
+            got = await _run_unblockable(
+                lambda: anyio.to_thread.run_sync(
+                    functools.partial(waiter.pop, key, blpop_timeout), limiter=self._wait_limiter
+                ),
+                lambda: self._unblock(waiter),
+            )
+            healthy = True
+            return got
+        finally:
+            if healthy:
+                self._checkin(waiter)
+            else:
+                with anyio.CancelScope(shield=True):
+                    await self._run(waiter.close)
+
+    async def _unblock(self, waiter: _SyncWaiter) -> object:
+        if waiter.node is not None:
+            return await self._run(
+                functools.partial(
+                    self.client.execute_command,
+                    "CLIENT UNBLOCK",
+                    waiter.client_id,
+                    target_nodes=waiter.node,
+                )
+            )
+        return await self.command("CLIENT", "UNBLOCK", waiter.client_id)
+
+    async def aclose(self) -> None:
+        waiters = [waiter for idle in self._idle.values() for waiter in idle]
+        self._idle.clear()
+        client, owned = self.client, self.owned
+
+        def close_all() -> None:
+            for waiter in waiters:
+                waiter.close()
+            if owned:
+                client.close()
+                pool = getattr(client, "connection_pool", None)
+                if pool is not None:
+                    pool.disconnect()
+
+        await self._run(close_all)

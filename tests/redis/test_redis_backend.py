@@ -1,0 +1,364 @@
+"""RedisBackend against a real redis-server: key layout, scripts, ordering details, retention,
+sealing at rest, blocking waits and bring-your-own clients (on asyncio and trio)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+import pytest
+import redis
+import redis.asyncio
+from redis.crc import key_slot
+from redis_helpers import SEAL, config
+
+from blamequeue import Job, JobContext, Queue
+from blamequeue._clock import SystemClock
+from blamequeue.abc import BackendContext, NewJob, Settlement
+from blamequeue.errors import BadArgumentError, ConfigError
+from blamequeue_redis import RedisBackend
+from blamequeue_redis._keys import hash_tag
+from blamequeue_redis._scripts import SCRIPTS
+from blamequeue_redis._server import RedisServer
+from blamequeue_testing import VirtualClock
+
+pytestmark = pytest.mark.anyio
+
+T0 = 1_000.0
+SAFETY_NET = 10.0  # real seconds before a wait is declared hung (never reached when it works)
+
+
+def new_job(
+    job_id: str,
+    queue: str = "q",
+    *,
+    priority: int = 0,
+    available_at: float = T0,
+    created_at: float = T0,
+    payload: str = '"p"',
+) -> NewJob:
+    return NewJob(
+        id=job_id,
+        queue=queue,
+        payload=payload,
+        priority=priority,
+        max_attempts=5,
+        created_at=created_at,
+        available_at=available_at,
+    )
+
+
+@pytest.fixture
+async def backend(redis_url: str) -> AsyncIterator[RedisBackend]:
+    backend = RedisBackend({"url": redis_url}, BackendContext(name="r", clock=SystemClock()))
+    await backend.open()
+    try:
+        yield backend
+    finally:
+        await backend.close()
+
+
+async def lease_ids(backend: RedisBackend, now: float = T0, queue: str = "q") -> list[str]:
+    leases = await backend.lease(queue, limit=100, now=now, lease_seconds=30.0)
+    return [lease.job.id for lease in leases]
+
+
+async def noop(job: Job, ctx: JobContext) -> None:
+    pass
+
+
+# -- key layout ----------------------------------------------------------------------------
+async def test_every_key_of_a_queue_carries_its_name_as_hash_tag(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    async with Queue(backends={"r": config(redis_url)}, clock=VirtualClock()) as queue:
+        for name in ("orders", "we{ir}d%q"):
+            await queue.enqueue_many(name, [1, 2])
+            await queue.enqueue(name, 3, delay=60)
+            await queue.tick(name, noop, max=1)
+    keys = set(redis_client.keys("*"))
+    assert "blamequeue:queue:queues" in keys
+    for name in ("orders", "we{ir}d%q"):
+        tag = "{" + hash_tag(name) + "}"
+        mine = {key for key in keys if tag in key}
+        expected = {f"blamequeue:queue:{tag}:{suffix}" for suffix in ("ready", "delayed", "done")}
+        assert expected <= mine
+        assert any(":job:" in key for key in mine)
+        assert len({key_slot(key.encode()) for key in mine}) == 1
+    assert hash_tag("we{ir}d%q") == "we%7Bir%7Dd%25q"
+
+
+async def test_key_prefix_keeps_apps_apart(redis_url: str, redis_client: redis.Redis) -> None:
+    shop = config(redis_url, key_prefix="shop")
+    blog = config(redis_url, key_prefix="blog")
+    async with Queue(backends={"shop": shop, "blog": blog}, default_backend="shop") as queue:
+        await queue.enqueue("mail", "from shop")
+        assert await queue.size("mail", backend="blog") == 0
+        assert await queue.size("mail", backend="shop") == 1
+    assert all(key.startswith("shop:") for key in redis_client.keys("*"))
+
+
+# -- scripts -------------------------------------------------------------------------------
+async def test_scripts_are_loaded_at_open(backend: RedisBackend, redis_client: redis.Redis) -> None:
+    assert redis_client.script_exists(*(script.sha for script in SCRIPTS)) == [True] * len(SCRIPTS)
+
+
+async def test_scripts_are_reloaded_after_script_flush(
+    backend: RedisBackend, redis_client: redis.Redis
+) -> None:
+    await backend.enqueue([new_job("a")])
+    redis_client.script_flush()
+    await backend.enqueue([new_job("b")])
+    assert await lease_ids(backend) == ["a", "b"]
+    assert await backend.size("q") == 2
+
+
+async def test_scripts_are_reloaded_after_a_server_restart() -> None:
+    with RedisServer(args=["--appendonly", "yes"]) as server:
+        async with Queue(backends={"r": config(server.url)}, clock=VirtualClock()) as queue:
+            await queue.enqueue("q", "before")
+            server.restart()  # the job survives (AOF); the scripts do not
+            await queue.enqueue("q", "after")
+            seen: list[Any] = []
+
+            async def record(job: Job, ctx: JobContext) -> None:
+                seen.append(job.payload)
+
+            result = await queue.tick("q", record)
+            assert (result.leased, seen) == (2, ["before", "after"])
+
+
+# -- transitions the public API cannot reach --------------------------------------------------
+async def test_available_at_orders_exactly_to_the_last_bit(backend: RedisBackend) -> None:
+    later = math.nextafter(T0, math.inf)
+    await backend.enqueue(
+        [
+            new_job("later", available_at=later, created_at=later),
+            new_job("earlier", available_at=T0, created_at=T0),
+        ]
+    )
+    assert await lease_ids(backend, now=later) == ["earlier", "later"]
+
+
+async def test_negative_and_positive_times_order_by_value(backend: RedisBackend) -> None:
+    times = [3.5, -1.0, 0.0, -7.25, 1e-9]
+    await backend.enqueue(
+        [new_job(f"t{n}", available_at=t, created_at=t) for n, t in enumerate(times)]
+    )
+    expected = [f"t{n}" for n, _ in sorted(enumerate(times), key=lambda item: item[1])]
+    assert await lease_ids(backend, now=10.0) == expected
+
+
+async def test_job_due_by_a_clock_ahead_of_ours_waits_until_our_clock_gets_there(
+    backend: RedisBackend,
+) -> None:
+    ahead = T0 + 100
+    # Due at enqueue by the producer's clock, which runs 100 s ahead of the consumer's.
+    await backend.enqueue([new_job("a", available_at=ahead, created_at=ahead)])
+    assert await lease_ids(backend, now=T0) == []
+    assert await lease_ids(backend, now=ahead) == ["a"]
+
+
+async def test_enqueue_is_all_or_nothing_on_a_duplicate_id(backend: RedisBackend) -> None:
+    await backend.enqueue([new_job("a")])
+    with pytest.raises(BadArgumentError):
+        await backend.enqueue([new_job("b"), new_job("a")])
+    with pytest.raises(BadArgumentError):
+        await backend.enqueue([new_job("c"), new_job("c")])
+    assert await backend.size("q") == 1
+
+
+async def test_stored_text_comes_back_verbatim(backend: RedisBackend) -> None:
+    payload = '{"text": "nul \\u0000 and \\ud800 and \u00e9\u4e2d"}'
+    odd = "nul \x00, lone surrogate \ud800, accents \u00e9"
+    job = NewJob(
+        id="a",
+        queue="q",
+        payload=payload,
+        priority=-(2**31),
+        max_attempts=3,
+        created_at=T0,
+        available_at=T0,
+        classification=odd,
+        trace_id="",
+        meta='{"backoff": [1]}',
+    )
+    await backend.enqueue([job])
+    [lease] = await backend.lease("q", limit=1, now=T0, lease_seconds=5.0)
+    stored = lease.job
+    assert (stored.payload, stored.classification, stored.trace_id) == (payload, odd, "")
+    assert (stored.priority, stored.attempts, stored.max_attempts) == (-(2**31), 1, 3)
+    assert stored.meta == '{"backoff": [1]}'
+    settled = await backend.settle(
+        [Settlement(job_id="a", token=lease.token, outcome="dead", at=T0, error=odd)], now=T0
+    )
+    assert settled == [True]
+    [dead] = await backend.dlq_list("q", limit=None)
+    assert dead.last_error == odd.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+async def test_a_forged_token_owns_nothing(backend: RedisBackend) -> None:
+    await backend.enqueue([new_job("a")])
+    [lease] = await backend.lease("q", limit=1, now=T0, lease_seconds=5.0)
+    forged = ["nonsense", "0" * 16 + ":q", lease.token + "x", lease.token[:16] + ":other"]
+    results = await backend.settle(
+        [Settlement(job_id="a", token=t, outcome="done", at=T0) for t in forged], now=T0
+    )
+    assert results == [False] * len(forged)
+    assert await backend.extend([("a", t) for t in forged], expires_at=T0 + 60) == [False] * 4
+
+
+async def test_dlq_retry_finds_the_job_in_any_queue(backend: RedisBackend) -> None:
+    await backend.enqueue([new_job("a", "first"), new_job("b", "second")])
+    [lease] = await backend.lease("second", limit=1, now=T0, lease_seconds=5.0)
+    await backend.settle(
+        [Settlement(job_id="b", token=lease.token, outcome="dead", at=T0, error="e")], now=T0
+    )
+    retried = await backend.dlq_retry("b", now=T0 + 1)
+    assert retried is not None
+    assert (retried.queue, retried.state, retried.attempts) == ("second", "dead", 1)
+    assert await lease_ids(backend, now=T0 + 1, queue="second") == ["b"]
+    assert await backend.dlq_retry("b", now=T0 + 2) is None
+
+
+# -- retention and memory ------------------------------------------------------------------
+async def test_done_jobs_expire_by_retention_so_memory_stays_bounded(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    clock = VirtualClock()
+    backends = {"r": config(redis_url, retain_done=60.0)}
+    async with Queue(backends=backends, clock=clock, sweep_interval=0) as queue:
+        await queue.enqueue_many("q", list(range(50)))
+        assert (await queue.tick("q", noop, max=100)).succeeded == 50
+        job_keys = redis_client.keys("*:job:*")
+        assert len(job_keys) == 50  # retained as done
+        clock.advance(61)
+        await queue.sweep()
+        assert redis_client.keys("*:job:*") == []
+        # What is left is bookkeeping: the registry, the enqueue counter, wake-up tokens.
+        assert len(redis_client.keys("*")) <= 3
+
+
+async def test_done_jobs_are_deleted_at_once_without_retention(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    async with Queue(backends={"r": config(redis_url, retain_done=0)}) as queue:
+        await queue.enqueue_many("q", [1, 2, 3])
+        await queue.tick("q", noop)
+    assert redis_client.keys("*:job:*") == []
+
+
+async def test_payloads_and_errors_are_sealed_at_rest(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    secret = "card-4111-1111"
+
+    async def leak(job: Job, ctx: JobContext) -> None:
+        raise RuntimeError(f"declined {secret}")
+
+    async with Queue(backends={"r": config(redis_url, max_attempts=1)}) as queue:
+        await queue.enqueue("q", {"card": secret})
+        await queue.tick("q", leak)
+        [letter] = await queue.dlq_list("q")
+        assert letter.payload == {"card": secret}
+    stored = [redis_client.hgetall(key) for key in redis_client.keys("*:job:*")]
+    assert stored
+    for job in stored:
+        assert job["payload"].startswith("bq1:")
+        assert job["last_error"].startswith("bq1:")
+        assert all(secret not in value for value in job.values())
+
+
+# -- blocking waits ------------------------------------------------------------------------
+async def test_wait_for_work_wakes_on_another_connections_enqueue(redis_url: str) -> None:
+    waiter = RedisBackend({"url": redis_url}, BackendContext(name="w", clock=SystemClock()))
+    producer = RedisBackend({"url": redis_url}, BackendContext(name="p", clock=SystemClock()))
+    await waiter.open()
+    await producer.open()
+    try:
+        woke = anyio.Event()
+
+        async def wait() -> None:
+            await waiter.wait_for_work("q", timeout=60.0)
+            woke.set()
+
+        with anyio.fail_after(SAFETY_NET):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(wait)
+                await anyio.sleep(0.05)  # let the BLPOP reach the server (not required)
+                await producer.enqueue([new_job("a")])
+                await woke.wait()
+    finally:
+        await waiter.close()
+        await producer.close()
+
+
+async def test_a_cancelled_wait_keeps_its_connection(
+    backend: RedisBackend, redis_client: redis.Redis
+) -> None:
+    before = len(redis_client.client_list())
+    for _ in range(20):
+        with anyio.move_on_after(0.01):
+            await backend.wait_for_work("q", timeout=60.0)
+    # One dedicated connection serves every wait; nothing blocks on the server any more.
+    assert len(redis_client.client_list()) <= before + 1
+    assert redis_client.info("clients")["blocked_clients"] == 0
+    await backend.enqueue([new_job("a")])
+    with anyio.fail_after(SAFETY_NET):
+        await backend.wait_for_work("q", timeout=60.0)
+
+
+async def test_wait_for_work_returns_after_its_timeout(backend: RedisBackend) -> None:
+    with anyio.fail_after(SAFETY_NET):
+        await backend.wait_for_work("q", timeout=0.01)
+        await backend.wait_for_work("q", timeout=0.0)
+
+
+async def test_an_idle_consumer_starts_a_job_enqueued_by_another_queue(redis_url: str) -> None:
+    started = anyio.Event()
+
+    async def handler(job: Job, ctx: JobContext) -> None:
+        started.set()
+
+    # poll_interval is far beyond the safety net: only the blocking wait can wake it in time.
+    async with Queue(backends={"r": config(redis_url)}) as consumer_side:
+        await consumer_side.consume("q", handler, poll_interval=3600)
+        await anyio.sleep(0.05)
+        async with Queue(backends={"r": config(redis_url)}) as producer_side:
+            await producer_side.enqueue("q", "hello")
+        with anyio.fail_after(SAFETY_NET):
+            await started.wait()
+
+
+# -- bring your own client -----------------------------------------------------------------
+async def test_a_sync_client_is_used_and_never_closed(redis_url: str) -> None:
+    client = redis.Redis.from_url(redis_url)
+    try:
+        async with Queue(backends={"r": {"protocol": "redis", "client": client}}, seal=SEAL) as q:
+            await q.enqueue("q", 1)
+            assert (await q.tick("q", noop)).succeeded == 1
+        assert client.ping()
+    finally:
+        client.close()
+
+
+async def test_an_asyncio_client_works_on_asyncio_and_is_refused_on_trio(
+    redis_url: str, anyio_backend: str
+) -> None:
+    client = redis.asyncio.Redis.from_url(redis_url)
+    queue = Queue(backends={"r": {"protocol": "redis", "client": client}}, seal=SEAL)
+    try:
+        if anyio_backend == "trio":
+            with pytest.raises(ConfigError) as info:
+                await queue.start()
+            assert "asyncio" in info.value.message
+            return
+        async with queue:
+            await queue.enqueue("q", 1)
+            assert (await queue.tick("q", noop)).succeeded == 1
+        assert await client.ping()
+    finally:
+        if anyio_backend == "asyncio":
+            await client.aclose()
