@@ -1,0 +1,145 @@
+"""boto3 calls from anyio worker threads, and a client wrapper that counts SQS requests."""
+
+from __future__ import annotations
+
+import functools
+import re
+import threading
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
+
+import anyio
+import anyio.to_thread
+
+from blamequeue_sqs._messages import MAX_BATCH_ENTRIES
+from blamequeue_sqs._sqs_errors import map_error
+
+__all__ = ["CountingClient", "SqsTransport"]
+
+T = TypeVar("T")
+
+_CAMEL = re.compile(r"(?<!^)(?=[A-Z])")
+
+
+def method_name(action: str) -> str:
+    """``ReceiveMessage`` → ``receive_message`` (the boto3 client method of an SQS action)."""
+    return _CAMEL.sub("_", action).lower()
+
+
+class SqsTransport:
+    """A boto3 SQS client called from anyio worker threads, at most ``limit`` at a time.
+
+    boto3 is blocking, so every call runs in a worker thread through one
+    :class:`anyio.CapacityLimiter` (``max_in_flight_requests``): the backend works the same on
+    asyncio and trio, and a burst cannot exhaust the default thread pool.  Errors are mapped to
+    :class:`~blamequeue.errors.QueueError` here, inside the thread.
+    """
+
+    def __init__(self, client: Any, *, limit: int, where: str) -> None:
+        self.client = client
+        self._where = where
+        # A limiter belongs to the event loop that made it: made by the backend's open().
+        self.limiter = anyio.CapacityLimiter(limit)
+
+    def call_sync(self, action: str, **params: Any) -> dict[str, Any]:
+        """Call SQS ``action`` (``"ReceiveMessage"``) in this thread; map its errors."""
+        method = getattr(self.client, method_name(action))
+        try:
+            response = method(**params)
+        except Exception as exc:
+            raise map_error(exc, where=self._where, action=action) from exc
+        return response if isinstance(response, dict) else {}
+
+    async def call(self, action: str, **params: Any) -> dict[str, Any]:
+        """Call SQS ``action`` in a worker thread.  Cancellation waits for the request to end
+        (it is short), so a request is never left half-known."""
+        return await anyio.to_thread.run_sync(
+            functools.partial(self.call_sync, action, **params), limiter=self.limiter
+        )
+
+    def batch_sync(
+        self, action: str, url: str, entries: Sequence[Mapping[str, Any]]
+    ) -> tuple[set[int], dict[int, dict[str, Any]]]:
+        """Run a receipt batch action (``DeleteMessageBatch``,
+        ``ChangeMessageVisibilityBatch``) over ``entries``, 10 per call, in this thread.
+
+        Entry ``n`` goes with ``Id`` ``"n"``.  Returns the positions SQS applied and its
+        failures (``Code``, ``Message``, ``SenderFault``) by position.
+        """
+        applied: set[int] = set()
+        failed: dict[int, dict[str, Any]] = {}
+        for start in range(0, len(entries), MAX_BATCH_ENTRIES):
+            chunk = entries[start : start + MAX_BATCH_ENTRIES]
+            response = self.call_sync(
+                action,
+                QueueUrl=url,
+                Entries=[{**entry, "Id": str(start + n)} for n, entry in enumerate(chunk)],
+            )
+            applied.update(int(item["Id"]) for item in response.get("Successful", []))
+            failed.update({int(item["Id"]): item for item in response.get("Failed", [])})
+        return applied, failed
+
+    async def batch(
+        self, action: str, url: str, entries: Sequence[Mapping[str, Any]]
+    ) -> tuple[set[int], dict[int, dict[str, Any]]]:
+        """:meth:`batch_sync` in a worker thread."""
+        return await self.run(functools.partial(self.batch_sync, action, url, entries))
+
+    async def run(self, work: Callable[[], T], *, abandon_on_cancel: bool = False) -> T:
+        """Run blocking ``work`` (which calls :meth:`call_sync`) in a worker thread."""
+        return await anyio.to_thread.run_sync(
+            work, abandon_on_cancel=abandon_on_cancel, limiter=self.limiter
+        )
+
+
+class CountingClient:
+    """Wraps a boto3 SQS client and counts the requests made through it, per action.
+
+    Pass it as the backend's ``client`` option to see what a workload costs::
+
+        import boto3
+        from blamequeue_sqs import CountingClient
+
+        client = CountingClient(boto3.client("sqs"))
+        queue = Queue(backends={"sqs": {"protocol": "sqs", "queue_url": URL, "client": client}})
+        ...
+        print(client.total, dict(client.requests))   # e.g. 301 {'SendMessageBatch': 100, ...}
+
+    ``blamequeue bench --backend sqs`` uses it to report SQS requests per job.  Thread-safe;
+    the wrapped client is never closed by the backend (it is the caller's).
+    """
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+        self._lock = threading.Lock()
+        self.requests: Counter[str] = Counter()
+        actions = getattr(getattr(client, "meta", None), "method_to_api_mapping", None)
+        self._actions: Mapping[str, str] = actions if isinstance(actions, Mapping) else {}
+
+    @property
+    def total(self) -> int:
+        """Requests made so far, all actions together."""
+        with self._lock:
+            return sum(self.requests.values())
+
+    def reset(self) -> None:
+        with self._lock:
+            self.requests.clear()
+
+    def snapshot(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self.requests)
+
+    def __getattr__(self, name: str) -> Any:
+        attribute = getattr(self._client, name)
+        if name.startswith("_") or not callable(attribute) or name in ("close", "can_paginate"):
+            return attribute
+        action = self._actions.get(name, name)
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            with self._lock:
+                self.requests[action] += 1
+            return attribute(*args, **kwargs)
+
+        return counted

@@ -1,0 +1,57 @@
+"""A worker process of the crash scenario (run as a script, not collected by pytest).
+
+usage: crash_worker.py DB QUEUE LEDGER EVENT_LOOP LEASE CONCURRENCY WORK SWEEP_INTERVAL
+
+Consumes QUEUE on the SQLite file DB until it is killed.  Each handler first appends one line
+``<job id> <pid> <attempt>`` to LEDGER (its side effect, done first: the worst case for
+at-least-once, since a kill at any later point leaves a run that happened but was never
+acknowledged), then sleeps WORK seconds (this paces the drain so the test's kills land while
+jobs are running).  The ledger is opened in append mode with line buffering: each record is one
+write(2), which the kernel keeps even when the process is SIGKILLed right after it.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import logging
+import os
+import signal
+import sys
+
+import anyio
+
+from blamequeue import Job, JobContext, Queue
+
+
+def main() -> None:
+    faulthandler.register(signal.SIGUSR1)  # a stuck worker can be asked for its stacks
+    logging.basicConfig(level=logging.WARNING)
+    db, queue_name, ledger_path, event_loop = sys.argv[1:5]
+    lease, concurrency, work, sweep_interval = sys.argv[5:9]
+    pid = os.getpid()
+    ledger = open(ledger_path, "a", buffering=1, encoding="utf-8")  # noqa: SIM115 - lives as long as the process
+
+    async def handler(job: Job, ctx: JobContext) -> None:
+        ledger.write(f"{job.id} {pid} {job.attempts}\n")
+        await anyio.sleep(float(work))
+
+    async def run() -> None:
+        queue = Queue(
+            backends={"local": {"protocol": "local", "path": db}},
+            sweep_interval=float(sweep_interval),
+        )
+        async with queue:
+            await queue.consume(
+                queue_name,
+                handler,
+                concurrency=int(concurrency),
+                lease=float(lease),
+                poll_interval=0.1,
+            )
+            await anyio.sleep_forever()
+
+    anyio.run(run, backend=event_loop)
+
+
+if __name__ == "__main__":
+    main()
