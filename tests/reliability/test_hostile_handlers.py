@@ -217,16 +217,6 @@ EXCEPTIONS: dict[str, Callable[[], BaseException]] = {
     "GeneratorExit": GeneratorExit,
 }
 
-GENERATOR_EXIT_BUG = (
-    "bug: blamequeue-core/src/blamequeue/_execution.py:180 awaits anyio.to_thread.run_sync for a "
-    "plain def handler; when it raises GeneratorExit, asyncio's Task.__step throws it into the "
-    "task's coroutine, and CPython then closes the awaiting coroutines and raises GeneratorExit "
-    "at the task's top frame: run_attempt's `except BaseException` never sees it, tick() "
-    "raises GeneratorExit and a consumer's worker task dies, taking the queue's task group "
-    "down (BaseExceptionGroup out of `async with queue`).  Fix: catch BaseException inside the "
-    "thread (wrap the call) and hand the exception back as a value."
-)
-
 
 @pytest.mark.parametrize("kind", ["async", "sync"])
 @pytest.mark.parametrize("name", sorted(EXCEPTIONS))
@@ -238,8 +228,6 @@ async def test_a_handler_raising_a_base_exception_fails_its_attempt_and_the_work
     request: pytest.FixtureRequest,
     reliability_tally: Tally,
 ) -> None:
-    if name == "GeneratorExit" and kind == "sync" and anyio_backend == "asyncio":
-        request.applymarker(pytest.mark.xfail(strict=True, reason=GENERATOR_EXIT_BUG))
     make = EXCEPTIONS[name]
 
     async def raise_async(job: Job, ctx: JobContext) -> None:

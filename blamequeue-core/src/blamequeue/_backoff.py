@@ -166,7 +166,7 @@ def parse_backoff(value: Any, *, where: str = "backoff") -> Backoff:
     if isinstance(value, Mapping):
         options = dict(value)
         name = options.pop("strategy", "exponential")
-        cls = _STRATEGIES.get(name)
+        cls = _STRATEGIES.get(name) if isinstance(name, str) else None
         if cls is None:
             raise BadArgumentError(
                 "queue/bad-argument",

@@ -17,7 +17,18 @@ __all__ = ["Codec", "JsonCodec", "SealedCodec", "dumps"]
 def dumps(value: Any) -> str:
     """Compact JSON; raises ``queue/bad-payload`` for anything JSON cannot hold."""
     try:
-        return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        # A lone surrogate (what os.fsdecode makes of an undecodable name) passes json.dumps
+        # but no store or sealer can hold it as UTF-8.
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError as exc:
+        raise BadArgumentError(
+            "queue/bad-payload",
+            f"payload holds text that is not valid Unicode ({exc.reason} at position "
+            f"{exc.start}); decode bytes properly (e.g. os.fsencode(...).decode('utf-8', "
+            f"'replace')) before enqueueing.",
+        ) from exc
     except (TypeError, ValueError, RecursionError) as exc:
         raise BadArgumentError(
             "queue/bad-payload",

@@ -30,6 +30,8 @@ log = logging.getLogger("blamequeue")
 Handler = Callable[[Job, Any], Any]
 LEASE_EXPIRED = "lease expired"
 _MAX_ERROR = 16_384
+
+
 def _meta(stored: StoredJob) -> dict[str, Any]:
     if not stored.meta:
         return {}
@@ -176,10 +178,14 @@ async def run_attempt(runtime: BackendRuntime, attempt: Attempt, handler: Handle
         if _is_async(handler):
             await handler(job, context)
         else:
-            call = functools.partial(handler, job, SyncJobContext(context))
-            result = await anyio.to_thread.run_sync(
+            call = functools.partial(_call_catching, handler, job, SyncJobContext(context))
+            result, raised = await anyio.to_thread.run_sync(
                 call, abandon_on_cancel=True, limiter=runtime.sync_handler_limiter()
             )
+            if raised is not None:
+                # Handed over as a value: re-raised here, a GeneratorExit from the thread would
+                # be taken by asyncio as the end of this task.
+                return failure(runtime, attempt, describe_error(raised), raised)
             if inspect.isawaitable(result):
                 await result
     except anyio.get_cancelled_exc_class():
@@ -193,6 +199,15 @@ async def run_attempt(runtime: BackendRuntime, attempt: Attempt, handler: Handle
         at=runtime.clock.now(),
         keep=runtime.retain_done > 0,
     )
+
+
+def _call_catching(
+    handler: Handler, job: Job, context: SyncJobContext
+) -> tuple[Any, BaseException | None]:
+    try:
+        return handler(job, context), None
+    except BaseException as exc:
+        return None, exc
 
 
 def _is_async(handler: Handler) -> bool:

@@ -197,9 +197,9 @@ class RateLimit:
             try:
                 return cls(**value)
             except TypeError as exc:
-                raise _bad(
-                    f"rate_limit takes the keys 'max' and 'per_seconds', got {sorted(value)}"
-                ) from exc
+                keys = sorted(map(repr, value))
+                message = f"rate_limit takes the keys 'max' and 'per_seconds', got {keys}"
+                raise _bad(message) from exc
         raise _bad(f"rate_limit must be a RateLimit or a mapping, got {type(value).__name__}")
 
 

@@ -116,7 +116,7 @@ class Queue:
                     f"pick one of {sorted(backends)}"
                 )
             default_backend = next(iter(backends))
-        elif default_backend not in backends:
+        elif not isinstance(default_backend, str) or default_backend not in backends:
             raise _config_error(
                 f"default_backend {default_backend!r} is not configured; "
                 f"configured backends: {sorted(backends)}"
@@ -138,7 +138,13 @@ class Queue:
             getattr(self._clock, "sleep", None)
         ):
             raise _config_error("clock must have now() and async sleep(seconds)")
-        sinks = list(audit_sinks)
+        try:
+            sinks = list(audit_sinks)
+        except TypeError as exc:
+            raise _config_error(
+                f"audit_sinks must be a list of sinks (objects with async emit(event)), got "
+                f"{type(audit_sinks).__name__}"
+            ) from exc
         for sink in sinks:
             if not callable(getattr(sink, "emit", None)):
                 raise _config_error(f"audit sink {sink!r} has no async emit(event) method")

@@ -160,6 +160,6 @@ def _options(value: Any, where: str, allowed: set[str]) -> dict[str, Any]:
     if unknown:
         raise ConfigError(
             "queue/invalid-config",
-            f"{where} has unknown keys {sorted(unknown)}; allowed: {sorted(allowed)}",
+            f"{where} has unknown keys {sorted(map(repr, unknown))}; allowed: {sorted(allowed)}",
         )
     return dict(value)

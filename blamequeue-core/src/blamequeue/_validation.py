@@ -70,7 +70,10 @@ def check_positive_int(value: Any, what: str) -> int:
 def check_max_attempts(value: Any) -> int | None:
     if value is None:
         return None
-    return check_positive_int(value, "max_attempts")
+    check_positive_int(value, "max_attempts")
+    if value > PRIORITY_MAX:  # every store keeps it as a 32-bit-safe integer
+        raise _bad(f"max_attempts must be at most {PRIORITY_MAX}, got {value}")
+    return int(value)
 
 
 def check_optional_str(value: Any, what: str) -> str | None:

@@ -275,7 +275,7 @@ class MemoryBackend(Backend):
 
     def __init__(self, options: Mapping[str, Any], context: BackendContext) -> None:
         super().__init__(options, context)
-        unknown = sorted(set(self.options) - _OPTIONS)
+        unknown = sorted(set(self.options) - _OPTIONS, key=repr)
         if unknown:
             raise ConfigError(
                 "queue/invalid-config",
