@@ -20,6 +20,8 @@ REFERENCE = (
     "blamequeue.errors",
     "blamequeue.hookspecs",
     "blamequeue_local",
+    "blamequeue_redis",
+    "blamequeue_sqs",
     "blamequeue_testing",
 )
 
