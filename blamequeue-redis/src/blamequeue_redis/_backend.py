@@ -20,33 +20,43 @@ import anyio
 import anyio.to_thread
 
 from blamequeue.abc import (
+    JOB_STATES,
     Backend,
     BackendContext,
     Capabilities,
+    JobCursor,
     JobState,
     Lease,
     NewJob,
     Settlement,
     StoredJob,
+    StoredJobPage,
     SweepResult,
+    WorkerRecord,
 )
 from blamequeue.errors import BadArgumentError, ConfigError, QueueError
 from blamequeue_redis._errors import map_redis_error
-from blamequeue_redis._keys import KeyLayout, QueueKeys
+from blamequeue_redis._keys import KeyLayout, QueueKeys, hash_tag
 from blamequeue_redis._options import RedisOptions, parse_options
 from blamequeue_redis._scripts import (
+    COUNTS,
     DLQ_LIST,
     DLQ_PURGE,
     DLQ_RETRY,
     ENQUEUE,
     EXTEND,
     FLOW_JOBS,
+    GET_JOB,
     LEASE,
+    LIST_JOBS,
     PURGE,
     SCRIPTS,
     SETTLE,
     SIZE,
     SWEEP,
+    WORKER_BEAT,
+    WORKER_GONE,
+    WORKER_LIST,
     Script,
 )
 from blamequeue_redis._transport import (
@@ -183,6 +193,7 @@ class RedisBackend(Backend):
         delay=True,
         cross_process_wakeup=True,
         requires_seal_key=True,
+        inspection=True,
         async_libraries=frozenset({"asyncio", "trio"}),
     )
 
@@ -550,3 +561,107 @@ class RedisBackend(Backend):
         for queue, reply in await self._each_queue(FLOW_JOBS, lambda _: (flow_id,)):
             jobs += (_stored(queue, row) for row in _rows(reply))
         return jobs
+
+    # -- inspection ------------------------------------------------------------------------
+    async def get_job(self, job_id: str) -> StoredJob | None:
+        # Given only an id: look in every queue (one pipelined script per queue).
+        if not job_id:
+            raise BadArgumentError("queue/bad-argument", "job id must be a non-empty string")
+        for queue, reply in await self._each_queue(GET_JOB, lambda _: (job_id,)):
+            text = _text(reply)
+            if text:
+                return _stored(queue, json.loads(text))
+        return None
+
+    async def list_jobs(
+        self, queue: str, *, state: JobState | None, limit: int, cursor: str | None
+    ) -> StoredJobPage:
+        if state is not None and state not in JOB_STATES:
+            raise BadArgumentError(
+                "queue/bad-argument", f"state must be one of {list(JOB_STATES)}, got {state!r}"
+            )
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise BadArgumentError(
+                "queue/bad-argument", f"limit must be an integer >= 1, got {limit!r}"
+            )
+        start = JobCursor.decode(cursor) if cursor is not None else None
+        states = list(JOB_STATES) if state is None else [state]
+        after = -1
+        if start is not None:
+            if start.state not in states:
+                return StoredJobPage(jobs=[], next_cursor=None)
+            states = states[states.index(start.state) :]
+            after = start.seq
+        reply = await self._script(LIST_JOBS, queue, (" ".join(states), after, limit))
+        rows = _rows(reply)
+        jobs = [_stored(queue, row) for row in rows[:limit]]
+        next_cursor = None
+        if len(rows) > limit:
+            last = rows[limit - 1]
+            next_cursor = JobCursor(state=cast(JobState, last[1]), seq=int(last[15])).encode()
+        return StoredJobPage(jobs=jobs, next_cursor=next_cursor)
+
+    async def queue_counts(self) -> dict[str, dict[JobState, int]]:
+        counts: dict[str, dict[JobState, int]] = {}
+        for queue, reply in await self._each_queue(COUNTS, lambda _: ()):
+            numbers = [int(n) for n in reply]
+            if any(numbers):
+                counts[queue] = dict(zip(JOB_STATES, numbers, strict=True))
+        return counts
+
+    def _worker_keys(self) -> tuple[str, str]:
+        # One fixed hash tag: both keys share a slot on a cluster.
+        tag = f"{{{hash_tag(self._layout.prefix)}:workers}}"
+        return f"{tag}:records", f"{tag}:beats"
+
+    async def worker_heartbeat(self, worker: WorkerRecord) -> None:
+        transport = self._require()
+        records, beats = self._worker_keys()
+        record = _dumps(
+            [
+                worker.id,
+                worker.queue,
+                worker.host,
+                worker.pid,
+                worker.concurrency,
+                repr(worker.started_at),
+                repr(worker.heartbeat_at),
+                worker.in_flight,
+                worker.succeeded,
+                worker.failed,
+            ]
+        )
+        args = (worker.id, repr(worker.heartbeat_at), record)
+        await self._guard(transport.script(WORKER_BEAT, (records, beats), args))
+
+    async def worker_gone(self, worker_id: str) -> None:
+        transport = self._require()
+        records, beats = self._worker_keys()
+        await self._guard(transport.script(WORKER_GONE, (records, beats), (worker_id,)))
+
+    async def list_workers(self, *, alive_since: float) -> list[WorkerRecord]:
+        transport = self._require()
+        records, beats = self._worker_keys()
+        # One script: pruning and reading see the same registry (a heartbeat landing between
+        # them is never pruned).
+        values = await self._guard(
+            transport.script(WORKER_LIST, (records, beats), (repr(alive_since),))
+        )
+        workers: list[WorkerRecord] = []
+        for value in values:
+            r = json.loads(_text(value))
+            worker = WorkerRecord(
+                id=r[0],
+                queue=r[1],
+                host=r[2],
+                pid=int(r[3]),
+                concurrency=int(r[4]),
+                started_at=float(r[5]),
+                heartbeat_at=float(r[6]),
+                in_flight=int(r[7]),
+                succeeded=int(r[8]),
+                failed=int(r[9]),
+            )
+            if worker.heartbeat_at >= alive_since:
+                workers.append(worker)
+        return sorted(workers, key=lambda w: (w.queue, w.started_at, w.id))

@@ -21,12 +21,16 @@ key                  type    holds
 ``B parked``         set     flow children waiting for their dependencies
 ``B deps:<id>``      set     ids of parked jobs waiting for job ``<id>``
 ``B flow:<flow_id>`` zset    the jobs of one flow, score = enqueue order
+``B st:<state>``     zset    the jobs in ``<state>``: score seq, member ``<id>`` (inspection's
+                             listing order; kept by every transition)
 ``B seq``            string  the queue's enqueue counter (leasing's last tie-breaker)
 ``B signal``         list    wake-up tokens; idle consumers ``BLPOP`` it
 ===================  ======  ===============================================================
 
 And one key for the whole prefix: ``{prefix}:queues``, a set of every queue name ever
-enqueued to, so a sweep (and an operation given only a job id) can visit every queue.
+enqueued to, so a sweep (and an operation given only a job id) can visit every queue; and the
+worker registry, ``{<prefix>:workers}:records`` (hash: worker id -> record JSON) and
+``{<prefix>:workers}:beats`` (zset: worker id scored by its last heartbeat), one fixed hash tag.
 """
 
 from __future__ import annotations

@@ -28,13 +28,16 @@ from typing import Final
 import attrs
 
 __all__ = [
+    "COUNTS",
     "DLQ_LIST",
     "DLQ_PURGE",
     "DLQ_RETRY",
     "ENQUEUE",
     "EXTEND",
     "FLOW_JOBS",
+    "GET_JOB",
     "LEASE",
+    "LIST_JOBS",
     "PURGE",
     "ROW_FIELDS",
     "SCRIPTS",
@@ -42,6 +45,9 @@ __all__ = [
     "SIZE",
     "SWEEP",
     "WAKE_TOKENS",
+    "WORKER_BEAT",
+    "WORKER_GONE",
+    "WORKER_LIST",
     "Script",
 ]
 
@@ -97,6 +103,14 @@ local ROW = {{{_ROW_LUA}}}
 local WAKE_TOKENS = {WAKE_TOKENS}
 
 local function jkey(id) return base .. 'job:' .. id end
+
+-- The per-state index of the queue (inspection's listing order): zset `st:<state>`, score
+-- seq, member id.  Every state change of a job goes through move().
+local function skey(state) return base .. 'st:' .. state end
+local function move(id, seq, from, to)
+  if from then redis.call('ZREM', skey(from), id) end
+  if to then redis.call('ZADD', skey(to), seq, id) end
+end
 
 -- Run `cmd key args...` in chunks (Lua's unpack is bounded): one call per chunk instead of
 -- one per job.  CHUNK is even, so score/member pairs never split.
@@ -184,6 +198,8 @@ end
 
 -- Delete a job's hash and indexes (not its membership in the state zsets: callers do that).
 local function delete_job(id, flow_id)
+  local st = redis.call('HGET', jkey(id), 'state')
+  if st then redis.call('ZREM', skey(st), id) end
   if flow_id then redis.call('ZREM', base .. 'flow:' .. flow_id, id) end
   redis.call('DEL', jkey(id), base .. 'deps:' .. id)
 end
@@ -226,6 +242,7 @@ for j = 1, n do
   redis.call('HSET', key, 'state', state, 'payload', job[6], 'priority', prio,
     'attempts', '0', 'max_attempts', job[5], 'created_at', created,
     'available_at', avail, 'seq', seq)
+  move(id, seq, nil, state)
   if #opt > 0 then redis.call('HSET', key, unpack(opt)) end
   if flow ~= '' then
     redis.call('HSET', key, 'flow_id', flow)
@@ -285,6 +302,7 @@ while #out < limit do
         local attempts = tonumber(f[4]) + 1
         redis.call('HSET', key, 'state', 'inflight', 'attempts', attempts, 'token', token,
           'expires_at', expires)
+        move(id, f[15], 'pending', 'inflight')
         inflight[#inflight + 1] = expires
         inflight[#inflight + 1] = id
         f[1] = 'inflight'
@@ -329,6 +347,7 @@ local function release(waiting, at)
       if free then
         redis.call('HSET', ck, 'state', 'pending', 'available_at', at)
         redis.call('SREM', K_PARKED, cid)
+        move(cid, c[4], 'parked', 'pending')
         woken = woken + pend(cid, at, c[3], c[4], now)
       end
     end
@@ -354,6 +373,7 @@ for j, item in ipairs(items) do
       end
       if keep then
         redis.call('HSET', key, 'state', 'done', 'finished_at', at)
+        move(id, f[5], 'inflight', 'done')
         done[#done + 1] = at
         done[#done + 1] = id
       else
@@ -362,6 +382,7 @@ for j, item in ipairs(items) do
       if waiting then release(waiting, at) end
     elseif outcome == 'dead' then
       redis.call('HSET', key, 'state', 'dead', 'finished_at', at)
+      move(id, f[5], 'inflight', 'dead')
       if has_err then
         redis.call('HSET', key, 'last_error', err)
       else
@@ -371,6 +392,7 @@ for j, item in ipairs(items) do
       dead[#dead + 1] = id
     elseif outcome == 'retry' then
       redis.call('HSET', key, 'state', 'pending', 'available_at', at)
+      move(id, f[5], 'inflight', 'pending')
       if has_err then
         redis.call('HSET', key, 'last_error', err)
       else
@@ -381,6 +403,7 @@ for j, item in ipairs(items) do
       local attempts = tonumber(f[6]) - 1
       if attempts < 0 then attempts = 0 end
       redis.call('HSET', key, 'state', 'pending', 'available_at', at, 'attempts', attempts)
+      move(id, f[5], 'inflight', 'pending')
       if has_err then redis.call('HSET', key, 'last_error', err) end
       woken = woken + pend(id, at, f[4], f[5], now)
     end
@@ -434,12 +457,14 @@ for _, id in ipairs(ids) do
   if f[1] == 'inflight' then
     if tonumber(f[4]) >= tonumber(f[5]) then
       redis.call('HSET', key, 'state', 'dead', 'last_error', err, 'finished_at', now)
+      move(id, f[15], 'inflight', 'dead')
       buried[#buried + 1] = now
       buried[#buried + 1] = id
       f[1], f[10], f[14] = 'dead', err, now
       dead[#dead + 1] = row(id, f)
     else
       redis.call('HSET', key, 'state', 'pending', 'available_at', now)
+      move(id, f[15], 'inflight', 'pending')
       woken = woken + pend(id, now, f[3], f[15], now)
       f[1], f[7] = 'pending', now
       expired[#expired + 1] = row(id, f)
@@ -531,6 +556,7 @@ if f[1] ~= 'dead' then return '' end
 local before = cjson.encode(row(id, f))
 redis.call('ZREM', K_DEAD, id)
 redis.call('HSET', key, 'state', 'pending', 'attempts', '0', 'available_at', now)
+move(id, f[15], 'dead', 'pending')
 redis.call('HDEL', key, 'finished_at')
 local woken = pend(id, now, f[3], f[15], now)
 flush()
@@ -569,6 +595,85 @@ return encode(out)
 """,
 )
 
+# ARGV: base, job id.  The job's row in any state; '' when this queue has no such job.
+GET_JOB: Final = _script(
+    "get_job",
+    """
+local id = ARGV[2]
+local f = redis.call('HMGET', jkey(id), unpack(ROW))
+if not f[1] then return '' end
+return cjson.encode(row(id, f))
+""",
+)
+
+# ARGV: base, states to visit in order (space-separated), seq after which the first state
+# starts (-1: from its start), limit.  Rows of up to limit + 1 jobs, by state then seq (the
+# `st:<state>` zsets): the caller keeps limit and knows whether more follow.  A page costs
+# O(log n + limit) however deep it is.
+LIST_JOBS: Final = _script(
+    "list_jobs",
+    """
+local after, want = ARGV[3], tonumber(ARGV[4]) + 1
+local out = {}
+for state in string.gmatch(ARGV[2], '%S+') do
+  if #out >= want then break end
+  local ids = redis.call('ZRANGEBYSCORE', skey(state), '(' .. after, '+inf',
+    'LIMIT', 0, want - #out)
+  for _, id in ipairs(ids) do
+    local f = redis.call('HMGET', jkey(id), unpack(ROW))
+    if f[1] then out[#out + 1] = row(id, f) end
+  end
+  after = '-inf'
+end
+return encode(out)
+""",
+)
+
+# ARGV: base.  {pending, inflight, parked, done, dead} counts of the queue.
+COUNTS: Final = _script(
+    "counts",
+    """
+return {redis.call('ZCARD', K_READY) + redis.call('ZCARD', K_DELAYED),
+  redis.call('ZCARD', K_INFLIGHT), redis.call('SCARD', K_PARKED),
+  redis.call('ZCARD', K_DONE), redis.call('ZCARD', K_DEAD)}
+""",
+)
+
+# The worker registry: KEYS = the records hash and the heartbeats zset (one hash tag, one
+# slot).  Not per-queue scripts: no prelude.
+# ARGV: worker id, heartbeat_at, record (JSON).
+WORKER_BEAT: Final = Script(
+    "worker_beat",
+    """
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
+redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
+""",
+)
+
+# ARGV: worker id.
+WORKER_GONE: Final = Script(
+    "worker_gone",
+    """
+redis.call('HDEL', KEYS[1], ARGV[1])
+redis.call('ZREM', KEYS[2], ARGV[1])
+""",
+)
+
+# ARGV: alive_since.  Deletes the records heartbeated before alive_since; returns the rest
+# as a flat list of records (JSON).
+WORKER_LIST: Final = Script(
+    "worker_list",
+    """
+local stale = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', '(' .. ARGV[1])
+for i = 1, #stale, 4000 do
+  local j = math.min(i + 3999, #stale)
+  redis.call('HDEL', KEYS[1], unpack(stale, i, j))
+  redis.call('ZREM', KEYS[2], unpack(stale, i, j))
+end
+return redis.call('HVALS', KEYS[1])
+""",
+)
+
 SCRIPTS: Final = (
     ENQUEUE,
     LEASE,
@@ -581,4 +686,10 @@ SCRIPTS: Final = (
     DLQ_RETRY,
     DLQ_PURGE,
     FLOW_JOBS,
+    GET_JOB,
+    LIST_JOBS,
+    COUNTS,
+    WORKER_BEAT,
+    WORKER_GONE,
+    WORKER_LIST,
 )
