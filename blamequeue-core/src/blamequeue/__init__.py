@@ -28,6 +28,7 @@ from ._models import (
     WorkerInfo,
 )
 from ._queue import Queue
+from ._tasks import FunctionTask, PendingDispatch, Task, TaskRegistry, task
 from .errors import QueueError
 from .hookspecs import hookimpl
 
@@ -47,6 +48,7 @@ __all__ = [
     "FlowJob",
     "FlowResult",
     "FlowStatus",
+    "FunctionTask",
     "Job",
     "JobContext",
     "JobInfo",
@@ -54,13 +56,17 @@ __all__ = [
     "JsonlAuditSink",
     "LinearBackoff",
     "LoggingAuditSink",
+    "PendingDispatch",
     "Queue",
     "QueueError",
     "QueueInfo",
     "RateLimit",
     "ScheduleBackoff",
+    "Task",
+    "TaskRegistry",
     "TickResult",
     "WorkerInfo",
     "__version__",
     "hookimpl",
+    "task",
 ]
