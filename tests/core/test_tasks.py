@@ -15,7 +15,7 @@ import pytest
 
 import blamequeue
 from blamequeue import JobContext, Queue, QueueError, Task
-from blamequeue_testing import VirtualClock
+from blamequeue_testing import QueueFake, VirtualClock
 
 pytestmark = pytest.mark.anyio
 
@@ -395,3 +395,38 @@ def test_a_type_checker_flags_a_wrong_payload(tmp_path: Path) -> None:
     errors = [line for line in out.splitlines() if ": error:" in line]
     assert status == 1, out
     assert [line.split(":")[1] for line in errors] == ["20", "21", "22"], out
+
+
+async def test_queue_fake_records_task_dispatches_instead_of_storing(bq_queue: Queue) -> None:
+    bq_queue.register(SendWelcomeEmail)
+
+    @bq_queue.task(queue="reports")
+    async def build_report(payload: dict[str, Any], ctx: JobContext) -> str:
+        return f"report {payload['month']}"
+
+    with QueueFake(bq_queue) as fake:
+        await SendWelcomeEmail.dispatch(Welcome(email="a@example.com"))
+        await SendWelcomeEmail.dispatch_after(60, Welcome(email="b@example.com"))
+        await bq_queue.job(build_report, {"month": "2026-12"}).with_context(by=1).dispatch()
+    assert await bq_queue.size("emails") == 0  # nothing reached the backend
+    fake.assert_dispatched(SendWelcomeEmail, Welcome(email="a@example.com"))
+    fake.assert_dispatched_times(SendWelcomeEmail, 2)
+    fake.assert_dispatched_with_delay(SendWelcomeEmail, 60, lambda d: d.payload.email[0] == "b")
+    fake.assert_dispatched_on("emails", lambda d: d.task == "SendWelcomeEmail")
+    (report,) = fake.assert_dispatched(build_report)
+    assert report.options == {"context": {"by": 1}}
+    fake.assert_not_dispatched(PrintInvoice)
+    with pytest.raises(AssertionError, match=r"of task 'SendWelcomeEmail'.*found 2") as caught:
+        fake.assert_dispatched_times(SendWelcomeEmail, 3)
+    assert "task 'SendWelcomeEmail' on 'emails'" in str(caught.value)
+
+
+async def test_queue_fake_runs_tasks_with_their_payload_type(bq_queue: Queue) -> None:
+    fake = QueueFake(bq_queue)
+    assert await fake.run_job(SendWelcomeEmail, Welcome(email="c@example.com")) == (
+        "sent to c@example.com"
+    )
+    assert seen == [(Welcome(email="c@example.com"), "SendWelcomeEmail", {})]
+    assert await fake.run_job(PrintInvoice, Invoice(number=3)) is None
+    err = await fake.expect_job_to_fail(PrintInvoice, {"wrong": "shape"}, TypeError)
+    assert "unexpected keyword argument 'wrong'" in str(err)

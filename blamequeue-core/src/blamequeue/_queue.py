@@ -52,7 +52,7 @@ from ._plugins import load_registry
 from ._presence import LIVE_FOR
 from ._runtime import BackendRuntime, build_runtime
 from ._sealing import parse_seal_config
-from ._tasks import FunctionTask, PendingDispatch, Task, TaskRegistry
+from ._tasks import FunctionTask, PendingDispatch, Task, TaskRegistry, to_wire
 from ._tasks import task as declare_task
 from ._tick import run_tick
 from ._validation import (
@@ -459,7 +459,7 @@ class Queue:
         jobs = self._build_jobs(
             runtime,
             queue_name,
-            [payload],
+            [to_wire(payload)],
             priority=priority,
             delay=delay,
             max_attempts=max_attempts,

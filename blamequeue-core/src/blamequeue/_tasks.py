@@ -342,11 +342,36 @@ class RegisteredTask:
     settings: TaskSettings
     target: type[Task[Any]] | FunctionTask[Any, Any]
 
-    def handler(self) -> Callable[[Any, Any], Any]:
-        target = self.target
+    @classmethod
+    def of(cls, target: type[Task[Any]] | FunctionTask[Any, Any]) -> RegisteredTask:
+        """The entry for a task class or function, registered or not."""
         if isinstance(target, FunctionTask):
-            return target.function
-        return target().handle
+            return cls(settings=target.settings, target=target)
+        if _is_task_class(target):
+            return cls(settings=target.settings(), target=target)
+        raise ConfigError(
+            "queue/invalid-config",
+            f"expected a blamequeue.Task subclass with a handle() method or a function "
+            f"declared with @task, got {target!r}",
+        )
+
+    def job_handler(self) -> Callable[[Job, Any], Any]:
+        """A consume-style ``handler(job, ctx)`` running this task on one job: the payload is
+        rebuilt as the declared type, and a fresh instance of a task class handles it."""
+        target = self.target
+        handle = target.function if isinstance(target, FunctionTask) else target().handle
+        payload_type = self.settings.payload_type
+        if inspect.iscoroutinefunction(handle):
+
+            async def run_async(job: Job, ctx: Any) -> Any:
+                return await handle(from_wire(job.payload, payload_type), ctx)
+
+            return run_async
+
+        def run_sync(job: Job, ctx: Any) -> Any:
+            return handle(from_wire(job.payload, payload_type), ctx)
+
+        return run_sync
 
 
 def _is_task_class(candidate: object) -> bool:
@@ -379,16 +404,8 @@ class TaskRegistry:
         """Register a :class:`Task` subclass or a :class:`FunctionTask`; returns it, so it
         works as a class decorator.  Registering the same task twice is a no-op; a second,
         different task under a taken name is ``queue/invalid-config``."""
-        if isinstance(target, FunctionTask):
-            settings = target.settings
-        elif _is_task_class(target):
-            settings = target.settings()
-        else:
-            raise ConfigError(
-                "queue/invalid-config",
-                f"register() takes a blamequeue.Task subclass with a handle() method or a "
-                f"function declared with @task, got {target!r}",
-            )
+        entry = RegisteredTask.of(target)
+        settings = entry.settings
         existing = self._tasks.get(settings.name)
         if existing is not None and existing.target is not target:
             raise ConfigError(
@@ -396,7 +413,7 @@ class TaskRegistry:
                 f"a different task is already registered as {settings.name!r} "
                 f"({existing.target!r}); give one of them another name",
             )
-        self._tasks[settings.name] = RegisteredTask(settings=settings, target=target)
+        self._tasks[settings.name] = entry
         registries = target._registries if isinstance(target, FunctionTask) else None
         if registries is None:
             registries = target.__dict__.get("_registries")
@@ -471,20 +488,7 @@ class TaskRegistry:
                 f"no task name; consume queue {job.queue!r} with a plain handler, or dispatch "
                 f"tasks to it",
             )
-        entry = self.get(job.task)
-        handle = entry.handler()
-        payload_type = entry.settings.payload_type
-        if inspect.iscoroutinefunction(handle):
-
-            async def run_async(job: Job, ctx: Any) -> Any:
-                return await handle(from_wire(job.payload, payload_type), ctx)
-
-            return run_async
-
-        def run_sync(job: Job, ctx: Any) -> Any:
-            return handle(from_wire(job.payload, payload_type), ctx)
-
-        return run_sync
+        return self.get(job.task).job_handler()
 
     # The registry is itself a handler, so ``consume(queue_name, queue.tasks)`` works even on
     # code paths that do not resolve per job.
@@ -545,7 +549,7 @@ class PendingDispatch:
             meta[CONTEXT_META_KEY] = dict(self.context)
         return {
             "queue_name": self.queue_name or settings.queue,
-            "payload": to_wire(self.payload),
+            "payload": self.payload,
             "backend": self.backend,
             "priority": settings.priority if self.priority_value is None else self.priority_value,
             "delay": self.delay_seconds,
@@ -576,7 +580,9 @@ class PendingDispatch:
         options = self._options()
         queue = self.registry.queue
         runtime = queue._runtime(self.backend)
-        wire = runtime.codec.decode_payload(runtime.codec.encode_payload(options["payload"]))
+        wire = runtime.codec.decode_payload(
+            runtime.codec.encode_payload(to_wire(options["payload"]))
+        )
         now = queue.clock.now()
         job = Job(
             id=new_job_id(),

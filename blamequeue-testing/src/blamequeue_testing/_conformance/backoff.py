@@ -68,17 +68,13 @@ async def _fail_and_check_delays(
 
 @pytest.mark.anyio
 class TestBackoff:
-    async def test_default_backoff_doubles_from_one_second(
-        self, conformance: Conformance
-    ) -> None:
+    async def test_default_backoff_doubles_from_one_second(self, conformance: Conformance) -> None:
         conformance.require_default("backoff")
         conformance.require("delay", "retry delays cannot be checked")
         conformance.require_virtual_time("retry delays are checked by moving the clock")
         await _fail_and_check_delays(conformance, [1, 2, 4, 8, 16])
 
-    async def test_default_backoff_is_capped_at_300_seconds(
-        self, conformance: Conformance
-    ) -> None:
+    async def test_default_backoff_is_capped_at_300_seconds(self, conformance: Conformance) -> None:
         conformance.require_default("backoff")
         conformance.require("delay", "retry delays cannot be checked")
         conformance.require_virtual_time("retry delays are checked by moving the clock")
