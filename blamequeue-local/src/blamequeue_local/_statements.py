@@ -100,7 +100,7 @@ class Statements:
         # an index range walk whatever the backlog; it also serves size() and purge().  The
         # other three are partial: they hold only the rows their query reads, so enqueueing
         # and leasing pending jobs never touches them.
-        self.schema = (
+        self.schema: tuple[str, ...] = (
             create_table,
             f'CREATE INDEX IF NOT EXISTS {prefix}"{table}_lease_idx" '
             f'ON "{table}" (queue, state, priority DESC, available_at, seq)',
