@@ -38,8 +38,8 @@ from blamequeue.abc import (
 from blamequeue.errors import BadArgumentError, ConfigError, QueueError
 from blamequeue_redis._errors import map_redis_error
 from blamequeue_redis._keys import KeyLayout, QueueKeys, hash_tag
-from blamequeue_redis._options import RedisOptions, parse_options
 from blamequeue_redis._limits_script import LEASE_LIMITED
+from blamequeue_redis._options import RedisOptions, parse_options
 from blamequeue_redis._scripts import (
     COUNTS,
     DLQ_LIST,
