@@ -91,21 +91,22 @@ WORKERS, GROUPS, JOBS_PER_GROUP, GROUP_CONCURRENCY = 3, 4, 25, 2
 RATE = RateLimit(max=10, per_seconds=0.25)
 
 
+def start_worker(config: dict[str, object], ledger: Path) -> subprocess.Popen[bytes]:
+    # Output goes to a file: a pipe left unread would block a chatty worker.
+    with ledger.with_suffix(".log").open("wb") as log:
+        argv = [sys.executable, __file__, json.dumps(config), "fleet", str(ledger)]
+        argv += [str(GROUP_CONCURRENCY), str(RATE.max), str(RATE.per_seconds)]
+        return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+
+
 async def run_fleet(config: dict[str, object], tmp_path: Path) -> list[Event]:
     """Enqueue the backlog, let :data:`WORKERS` processes drain it, return their ledger."""
     queue = Queue(backends={"fleet": config}, sweep_interval=0)
     async with queue:
         for group in range(GROUPS):
-            await queue.enqueue_many(
-                "fleet", list(range(JOBS_PER_GROUP)), group_key=f"g{group}"
-            )
+            await queue.enqueue_many("fleet", list(range(JOBS_PER_GROUP)), group_key=f"g{group}")
     ledgers = [tmp_path / f"worker-{n}.ledger" for n in range(WORKERS)]
-    workers = []
-    for ledger in ledgers:
-        with ledger.with_suffix(".log").open("wb") as log:
-            argv = [sys.executable, __file__, json.dumps(config), "fleet", str(ledger)]
-            argv += [str(GROUP_CONCURRENCY), str(RATE.max), str(RATE.per_seconds)]
-            workers.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT))
+    workers = [start_worker(config, ledger) for ledger in ledgers]
     try:
         for worker, ledger in zip(workers, ledgers, strict=True):
             assert worker.wait(timeout=120) == 0, ledger.with_suffix(".log").read_text()

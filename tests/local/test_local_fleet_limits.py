@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from fleet_limits import check_fleet, run_fleet
 
 pytestmark = pytest.mark.anyio

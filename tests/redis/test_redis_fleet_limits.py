@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from fleet_limits import check_fleet, run_fleet
 from redis_helpers import config
+
+from fleet_limits import check_fleet, run_fleet
 
 pytestmark = pytest.mark.anyio
 
