@@ -18,9 +18,11 @@ import anyio
 import attrs
 
 from ._execution import Attempt, Handler, SettleCounts, release, run_attempt, settle
+from ._limits import lease_call
 from ._models import RateLimit
 from ._presence import Presence
 from ._runtime import BackendRuntime
+from .abc import LeaseLimits
 from .errors import QueueError
 
 __all__ = ["Consumer", "ConsumerStats"]
@@ -56,6 +58,7 @@ class Consumer:
         fast_poll: float,
         rate_limit: RateLimit | None,
         heartbeat: bool,
+        limits: LeaseLimits | None = None,
     ) -> None:
         self.queue_name = queue_name
         self.backend = runtime.name
@@ -68,6 +71,12 @@ class Consumer:
         self._fast_poll = fast_poll
         self._rate_limit = rate_limit
         self._heartbeat = heartbeat
+        self._limits = limits
+        # A lease the fleet's rate limit cut short comes back empty; ask again once the
+        # bucket has refilled, not a whole poll interval later.
+        self._empty_wait = poll_interval
+        if limits is not None and limits.rate_per_seconds is not None:
+            self._empty_wait = min(poll_interval, limits.rate_per_seconds)
         self._held = 0
         self._running: dict[str, tuple[Attempt, anyio.CancelScope]] = {}
         self._to_settle: list[Attempt] = []
@@ -178,7 +187,6 @@ class Consumer:
 
     async def _lease_loop(self) -> None:
         runtime = self._runtime
-        backend = runtime.backend
         clock = runtime.clock
         while True:
             free = self.concurrency - self._held
@@ -191,12 +199,13 @@ class Consumer:
             try:
                 leases = await runtime.call(
                     "lease",
-                    functools.partial(
-                        backend.lease,
+                    lease_call(
+                        runtime,
                         self.queue_name,
                         limit=limit,
                         now=asked_at,
                         lease_seconds=self.lease,
+                        limits=self._limits,
                     ),
                 )
             except QueueError as exc:
@@ -215,7 +224,7 @@ class Consumer:
                 continue
             self._lease_errors = 0
             if not leases:
-                await self._idle(wake, asked_at, self._poll_interval)
+                await self._idle(wake, asked_at, self._empty_wait)
                 continue
             self._held += len(leases)
             self.stats.leased += len(leases)
@@ -324,6 +333,9 @@ class Consumer:
                 await settle(self._runtime, batch, counts)
             self.stats.add(counts)
             self._held -= len(batch)
+            if self._limits is not None and self._limits.group_concurrency is not None:
+                # A settled job may free its group's slot: idle consumers here may lease.
+                self._runtime.notify(self.queue_name)
             self._capacity_changed.set()
             self._capacity_changed = anyio.Event()
 

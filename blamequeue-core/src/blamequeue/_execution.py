@@ -56,6 +56,7 @@ def to_job(runtime: BackendRuntime, stored: StoredJob) -> Job:
         available_at=to_datetime(stored.available_at),
         last_error=runtime.codec.decode_error(stored.last_error),
         flow_id=stored.flow_id,
+        group_key=stored.group_key,
     )
 
 

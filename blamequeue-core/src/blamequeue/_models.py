@@ -50,6 +50,8 @@ class Job:
     available_at: datetime
     last_error: str | None
     flow_id: str | None = None
+    group_key: str | None = None
+    """The group it was enqueued in (``enqueue(..., group_key=...)``), if any."""
 
 
 @attrs.frozen(kw_only=True)
@@ -190,7 +192,9 @@ class RateLimit:
     per_seconds: float = attrs.field(validator=_positive_seconds)
 
     @classmethod
-    def coerce(cls, value: RateLimit | Mapping[str, Any] | None) -> RateLimit | None:
+    def coerce(
+        cls, value: RateLimit | Mapping[str, Any] | None, what: str = "rate_limit"
+    ) -> RateLimit | None:
         if value is None or isinstance(value, RateLimit):
             return value
         if isinstance(value, Mapping):
@@ -198,9 +202,9 @@ class RateLimit:
                 return cls(**value)
             except TypeError as exc:
                 keys = sorted(map(repr, value))
-                message = f"rate_limit takes the keys 'max' and 'per_seconds', got {keys}"
+                message = f"{what} takes the keys 'max' and 'per_seconds', got {keys}"
                 raise _bad(message) from exc
-        raise _bad(f"rate_limit must be a RateLimit or a mapping, got {type(value).__name__}")
+        raise _bad(f"{what} must be a RateLimit or a mapping, got {type(value).__name__}")
 
 
 @attrs.frozen(kw_only=True)

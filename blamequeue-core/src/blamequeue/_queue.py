@@ -31,6 +31,7 @@ from ._inspection import (
     to_queue_info,
     to_worker_info,
 )
+from ._limits import check_group_key, parse_lease_limits
 from ._models import (
     BackendStatus,
     BreakerState,
@@ -317,6 +318,7 @@ class Queue:
         classification: Any,
         trace_id: Any,
         backoff: Any,
+        group_key: Any = None,
     ) -> list[NewJob]:
         check_queue_name(queue_name)
         priority = check_priority(priority)
@@ -324,6 +326,7 @@ class Queue:
         attempts = check_max_attempts(max_attempts) or runtime.max_attempts
         classification = check_optional_str(classification, "classification")
         trace_id = check_optional_str(trace_id, "trace_id")
+        group_key = check_group_key(group_key, runtime)
         caps = runtime.backend.capabilities
         if priority != 0 and not caps.priority:
             raise BadArgumentError(
@@ -353,6 +356,7 @@ class Queue:
                 classification=classification,
                 trace_id=trace_id,
                 meta=meta,
+                group_key=group_key,
             )
             for payload in payloads
         ]
@@ -370,8 +374,13 @@ class Queue:
         classification: str | None = None,
         trace_id: str | None = None,
         backoff: Any = None,
+        group_key: str | None = None,
     ) -> str:
-        """Durably hand a job over and return its id.  Returns before any worker runs it."""
+        """Durably hand a job over and return its id.  Returns before any worker runs it.
+
+        ``group_key`` puts the job in a group (a tenant, an account): consumers given
+        ``group_concurrency=N`` run at most ``N`` jobs of one group at once across the fleet.
+        """
         runtime = self._runtime(backend)
         jobs = self._build_jobs(
             runtime,
@@ -383,6 +392,7 @@ class Queue:
             classification=classification,
             trace_id=trace_id,
             backoff=backoff,
+            group_key=group_key,
         )
         await runtime.call("enqueue", lambda: runtime.backend.enqueue(jobs))
         runtime.notify(queue_name)
@@ -400,6 +410,7 @@ class Queue:
         classification: str | None = None,
         trace_id: str | None = None,
         backoff: Any = None,
+        group_key: str | None = None,
     ) -> list[str]:
         """Enqueue every payload in one round trip (all or none); ids in the same order."""
         runtime = self._runtime(backend)
@@ -419,6 +430,7 @@ class Queue:
             classification=classification,
             trace_id=trace_id,
             backoff=backoff,
+            group_key=group_key,
         )
         if not jobs:
             return []
@@ -519,9 +531,19 @@ class Queue:
         fast_poll: float = 0.05,
         rate_limit: RateLimit | Mapping[str, Any] | None = None,
         heartbeat: bool = True,
+        global_rate_limit: RateLimit | Mapping[str, Any] | None = None,
+        group_concurrency: int | None = None,
     ) -> Consumer:
-        """Start a resident consumer in the queue's task group and return its handle."""
+        """Start a resident consumer in the queue's task group and return its handle.
+
+        ``rate_limit`` caps this consumer's own handler starts.  ``global_rate_limit`` caps
+        the leases of every consumer of the queue together (a token bucket kept in the
+        backend), and ``group_concurrency=N`` lets at most ``N`` jobs of one ``group_key`` be
+        in flight across the fleet; give every consumer of the queue the same values (see
+        the concepts page, "Fleet-wide limits").
+        """
         runtime = self._runtime(backend)
+        limits = parse_lease_limits(runtime, global_rate_limit, group_concurrency)
         consumer = Consumer(
             runtime=runtime,
             queue_name=check_queue_name(queue_name),
@@ -532,6 +554,7 @@ class Queue:
             fast_poll=check_delay(fast_poll, "fast_poll"),
             rate_limit=RateLimit.coerce(rate_limit),
             heartbeat=bool(heartbeat),
+            limits=limits,
         )
         assert self._tg is not None
         self._consumers = [c for c in self._consumers if not c.stopped]
@@ -548,9 +571,16 @@ class Queue:
         lease: float = 30.0,
         concurrency: int = 1,
         backend: str | None = None,
+        global_rate_limit: RateLimit | Mapping[str, Any] | None = None,
+        group_concurrency: int | None = None,
     ) -> TickResult:
-        """Sweep once, run at most ``max`` due jobs, settle them and return the counts."""
+        """Sweep once, run at most ``max`` due jobs, settle them and return the counts.
+
+        ``global_rate_limit`` and ``group_concurrency`` limit the batch as they limit
+        :meth:`consume` (shared with every consumer and tick of the queue).
+        """
         runtime = self._runtime(backend)
+        limits = parse_lease_limits(runtime, global_rate_limit, group_concurrency)
         check_queue_name(queue_name)
         check_callable(handler)
         max_jobs = check_positive_int(max, "max")
@@ -558,7 +588,13 @@ class Queue:
         concurrency = check_positive_int(concurrency, "concurrency")
         await self._sweep_runtime(runtime)
         return await run_tick(
-            runtime, queue_name, handler, max_jobs=max_jobs, lease=lease, concurrency=concurrency
+            runtime,
+            queue_name,
+            handler,
+            max_jobs=max_jobs,
+            lease=lease,
+            concurrency=concurrency,
+            limits=limits,
         )
 
     # -- sweeping --------------------------------------------------------------------------

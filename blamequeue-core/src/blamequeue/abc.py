@@ -57,6 +57,7 @@ __all__ = [
     "JobCursor",
     "JobState",
     "Lease",
+    "LeaseLimits",
     "NewJob",
     "Settlement",
     "StoredJob",
@@ -106,6 +107,11 @@ class Capabilities:
       :meth:`Backend.list_workers`).  A backend that can answer only some of them leaves it
       false and refuses the others (the defaults of :class:`Backend` do).
     * ``async_libraries``: the event loops it runs on.
+    * ``global_rate_limit``: :meth:`Backend.lease_limited` honours ``LeaseLimits.rate_max``
+      (a token bucket per queue kept in the store, shared by every process).
+    * ``group_limits``: jobs carry ``group_key`` and :meth:`Backend.lease_limited` honours
+      ``LeaseLimits.group_concurrency``.  Without it the core refuses ``group_key`` and
+      ``group_concurrency`` with ``queue/limits-unsupported``.
     """
 
     dlq: bool = True
@@ -118,6 +124,8 @@ class Capabilities:
     ephemeral: bool = False
     inspection: bool = False
     async_libraries: frozenset[str] = frozenset({"asyncio", "trio"})
+    global_rate_limit: bool = False
+    group_limits: bool = False
 
 
 @attrs.frozen(kw_only=True)
@@ -148,6 +156,9 @@ class NewJob:
     """Ids of jobs (of the same flow) that must be ``done`` before this one may run."""
     parked: bool = False
     """Store as ``parked`` instead of ``pending``: it waits for ``depends_on``."""
+    group_key: str | None = None
+    """The job's group for :attr:`LeaseLimits.group_concurrency` (``Capabilities.group_limits``
+    only; the core never sends one to other backends)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -171,6 +182,8 @@ class StoredJob:
     depends_on: tuple[str, ...] = ()
     finished_at: float | None = None
     """When the job became ``done`` or ``dead``."""
+    group_key: str | None = None
+    """As enqueued (:attr:`NewJob.group_key`)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -181,6 +194,29 @@ class Lease:
     token: str
     """Fences settlement: only this token may settle or extend the lease."""
     expires_at: float
+
+
+@attrs.frozen(kw_only=True)
+class LeaseLimits:
+    """Fleet-wide limits one :meth:`Backend.lease_limited` call must respect (already checked
+    by the core: positive numbers, at least one limit set).
+
+    * ``rate_max`` / ``rate_per_seconds``: a token bucket per queue kept **in the store** and
+      shared by every process: it holds at most ``rate_max`` tokens and refills at
+      ``rate_max / rate_per_seconds`` tokens a second, measured on the ``now`` of each call
+      (never the system clock).  A bucket never seen before starts full.  Each leased job
+      takes one token; a call leases at most as many jobs as whole tokens are left after
+      refilling (zero is a valid answer).  A ``now`` earlier than the bucket's last refill
+      (clocks of two processes) refills nothing.
+    * ``group_concurrency``: at most this many ``inflight`` jobs per ``group_key`` of the
+      queue, counting the jobs of every process and of this call.  A due job whose group is
+      at its limit is skipped and the next eligible job in leasing order is taken instead;
+      jobs without a group are not limited.
+    """
+
+    rate_max: int | None = None
+    rate_per_seconds: float | None = None
+    group_concurrency: int | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -349,6 +385,25 @@ class Backend(abc.ABC):
         ``inflight`` with ``attempts + 1``, a fresh token and ``expires_at = now +
         lease_seconds``.  Two concurrent calls (from any process) never return the same job.
         """
+
+    async def lease_limited(
+        self, queue: str, *, limit: int, now: float, lease_seconds: float, limits: LeaseLimits
+    ) -> list[Lease]:
+        """:meth:`lease` under fleet-wide ``limits`` (see :class:`LeaseLimits`), in the same
+        single atomic step: refilling and taking rate tokens, counting each group's inflight
+        jobs and taking jobs happen together, so concurrent calls from any number of processes
+        never exceed a limit together.
+
+        The core calls it instead of :meth:`lease` only for consumers and ticks given limits,
+        and only when ``Capabilities.global_rate_limit`` / ``group_limits`` say the backend
+        can; the default refuses with ``queue/limits-unsupported``.
+        """
+        from .errors import UnsupportedError
+
+        raise UnsupportedError(
+            "queue/limits-unsupported",
+            f"protocol {self.protocol!r} cannot enforce fleet-wide rate or group limits",
+        )
 
     @abc.abstractmethod
     async def settle(self, settlements: Sequence[Settlement], *, now: float) -> list[bool]:

@@ -13,7 +13,7 @@ The tree::
     ├── FlowError (ValueError)         queue/bad-flow, queue/flow-cycle, queue/flow-unknown-dep
     ├── NotFoundError (LookupError)    queue/unknown-backend, queue/unknown-job, queue/job-not-found
     ├── UnsupportedError               queue/dlq-unsupported, queue/flow-unsupported,
-    │                                  queue/inspection-unsupported
+    │                                  queue/inspection-unsupported, queue/limits-unsupported
     ├── BackendUnavailableError        queue/backend-unavailable (retryable)
     ├── ResultTimeoutError (TimeoutError)  queue/result-timeout
     └── QueueError itself              queue/not-initialized, queue/unseal-failed, queue/job-failed
@@ -46,6 +46,7 @@ ErrorCode = Literal[
     "queue/deferred-protocol",
     "queue/dlq-unsupported",
     "queue/inspection-unsupported",
+    "queue/limits-unsupported",
     "queue/bad-flow",
     "queue/flow-cycle",
     "queue/flow-unknown-dep",
@@ -118,7 +119,8 @@ class NotFoundError(QueueError, LookupError):
 
 class UnsupportedError(QueueError):
     """The selected backend cannot do this (``queue/dlq-unsupported``,
-    ``queue/flow-unsupported``, ``queue/inspection-unsupported``)."""
+    ``queue/flow-unsupported``, ``queue/inspection-unsupported``,
+    ``queue/limits-unsupported``)."""
 
 
 class BackendUnavailableError(QueueError):

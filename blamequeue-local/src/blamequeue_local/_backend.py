@@ -29,6 +29,7 @@ from blamequeue.abc import (
     JobCursor,
     JobState,
     Lease,
+    LeaseLimits,
     NewJob,
     Settlement,
     StoredJob,
@@ -113,6 +114,7 @@ def stored_job(row: Row) -> StoredJob:
         flow_id=row[13],
         depends_on=tuple(json.loads(depends_on)) if depends_on else (),
         finished_at=None if finished_at is None else float(finished_at),
+        group_key=row[17],
     )
 
 
@@ -150,6 +152,8 @@ class LocalBackend(Backend):
         cross_process_wakeup=True,
         inspection=True,
         async_libraries=frozenset({"asyncio", "trio"}),
+        global_rate_limit=True,
+        group_limits=True,
     )
 
     def __init__(self, options: Mapping[str, Any], context: BackendContext) -> None:
@@ -320,6 +324,7 @@ class LocalBackend(Backend):
                     job.meta,
                     job.flow_id,
                     _depends_on(job),
+                    job.group_key,
                 )
             ]
             params += _PADDING * (bucket - count)
@@ -341,6 +346,7 @@ class LocalBackend(Backend):
                     job.flow_id,
                     1 if job.parked else 0,
                     _depends_on(job),
+                    job.group_key,
                 ]
                 for job in jobs
             ]
@@ -370,6 +376,40 @@ class LocalBackend(Backend):
             store.execute_all(self._sql.lease, (token, expires_at, queue, now, limit))
         )
         rows.sort(key=_lease_order)  # RETURNING order is unspecified
+        return [Lease(job=stored_job(row), token=token, expires_at=expires_at) for row in rows]
+
+    async def lease_limited(
+        self, queue: str, *, limit: int, now: float, lease_seconds: float, limits: LeaseLimits
+    ) -> list[Lease]:
+        """:meth:`lease` under fleet-wide limits: one refill statement (safe on its own), then
+        one lease statement that spends the tokens (through a trigger) and counts each group's
+        inflight jobs as it takes jobs (see ``Statements.lease_limited``)."""
+        store = self._require_store()
+        if self._signature is not None:
+            self._seen[queue] = self._signature.read()
+        if limit <= 0:
+            return []
+        token = secrets.token_hex(16)
+        rated = limits.rate_max is not None and limits.rate_per_seconds is not None
+        if rated:
+            await self._guard(
+                store.execute(
+                    self._sql.refill, (queue, now, limits.rate_max, limits.rate_per_seconds)
+                )
+            )
+            token = "r:" + token  # the bucket trigger takes a token for these leases only
+        expires_at = now + lease_seconds
+        params = (
+            token,
+            expires_at,
+            queue,
+            now,
+            limit,
+            limits.group_concurrency,
+            1 if rated else None,
+        )
+        rows = await self._guard(store.execute_all(self._sql.lease_limited, params))
+        rows.sort(key=_lease_order)
         return [Lease(job=stored_job(row), token=token, expires_at=expires_at) for row in rows]
 
     async def settle(self, settlements: Sequence[Settlement], *, now: float) -> list[bool]:

@@ -28,7 +28,8 @@ __all__ = [
 #: The columns of a job, in the order :func:`blamequeue_local._backend.stored_job` reads them.
 COLUMNS: Final = (
     "id, queue, state, payload, priority, attempts, max_attempts, created_at, available_at, "
-    "classification, trace_id, last_error, meta, flow_id, finished_at, seq, depends_on"
+    "classification, trace_id, last_error, meta, flow_id, finished_at, seq, depends_on, "
+    "group_key"
 )
 
 #: The columns of the worker registry, in the order of :class:`blamequeue.abc.WorkerRecord`.
@@ -39,22 +40,22 @@ WORKER_COLUMNS: Final = (
 #: The columns :meth:`Statements.enqueue_values` binds, in order.
 ENQUEUE_COLUMNS: Final = (
     "id, queue, state, payload, priority, max_attempts, created_at, available_at, "
-    "classification, trace_id, meta, flow_id, depends_on"
+    "classification, trace_id, meta, flow_id, depends_on, group_key"
 )
 
 #: SQLite's default limit on bound parameters per statement (since 3.32).
 MAX_PARAMETERS: Final = 32766
 
 #: How many parameters :meth:`Statements.enqueue_values` binds per job.
-ENQUEUE_PARAMETERS: Final = 13
+ENQUEUE_PARAMETERS: Final = 14
 
-#: The largest batch :meth:`Statements.enqueue_values` takes (a power of two, 13 parameters a
+#: The largest batch :meth:`Statements.enqueue_values` takes (a power of two, 14 parameters a
 #: job, within MAX_PARAMETERS); larger batches travel as one JSON parameter.
 ENQUEUE_VALUES_MAX: Final = 2048
 
 #: Columns added after the first release, with their type: :meth:`Statements.add_column`
 #: adds those an existing table lacks when the backend opens it.
-ADDED_COLUMNS: Final = {"depends_on": "TEXT"}
+ADDED_COLUMNS: Final = {"depends_on": "TEXT", "group_key": "TEXT"}
 
 _LIVE: Final = "('pending', 'inflight', 'parked')"
 
@@ -92,13 +93,14 @@ class Statements:
                 finished_at REAL,
                 lease_token TEXT,
                 lease_expires_at REAL,
-                depends_on TEXT
+                depends_on TEXT,
+                group_key TEXT
             )"""
         # The lease index's columns follow the lease ORDER BY, so taking the next N jobs is
         # an index range walk whatever the backlog; it also serves size() and purge().  The
         # other three are partial: they hold only the rows their query reads, so enqueueing
         # and leasing pending jobs never touches them.
-        self.schema = (
+        self.schema: tuple[str, ...] = (
             create_table,
             f'CREATE INDEX IF NOT EXISTS {prefix}"{table}_lease_idx" '
             f'ON "{table}" (queue, state, priority DESC, available_at, seq)',
@@ -157,15 +159,88 @@ class Statements:
 
         # For batches beyond ENQUEUE_VALUES_MAX jobs: one JSON array per job: [id, queue,
         # payload, priority, max_attempts, created_at, available_at, classification, trace_id,
-        # meta, flow_id, parked, depends_on (JSON text or null)].  ORDER BY key keeps the
+        # meta, flow_id, parked, depends_on (JSON text or null), group_key].  ORDER BY key keeps the
         # batch order, which becomes seq order.
         self.enqueue = f"""
             INSERT INTO {t} ({ENQUEUE_COLUMNS})
             SELECT value ->> 0, value ->> 1,
                    CASE WHEN value ->> 11 THEN 'parked' ELSE 'pending' END,
                    value ->> 2, value ->> 3, value ->> 4, value ->> 5, value ->> 6,
-                   value ->> 7, value ->> 8, value ->> 9, value ->> 10, value ->> 12
+                   value ->> 7, value ->> 8, value ->> 9, value ->> 10, value ->> 12,
+                   value ->> 13
             FROM json_each(?1) ORDER BY key"""
+
+        self.limits_schema = (
+            # Fleet-wide rate limits: one token bucket per queue (see lease_limited).
+            f"""
+            CREATE TABLE IF NOT EXISTS {prefix}"{table}_buckets" (
+                queue TEXT PRIMARY KEY,
+                tokens REAL NOT NULL,
+                refilled_at REAL NOT NULL
+            )""",
+            # A rate-limited lease takes one token per job it leases.  Its tokens start with
+            # 'r:' (other leases' tokens are hex), so this trigger does nothing on every other
+            # update, and the bucket changes inside the very statement that leases the jobs:
+            # several processes can never spend the same token.
+            f"""
+            CREATE TRIGGER IF NOT EXISTS {prefix}"{table}_rate_take"
+            AFTER UPDATE OF state ON "{table}" FOR EACH ROW
+            WHEN NEW.state = 'inflight' AND OLD.state = 'pending'
+                 AND substr(NEW.lease_token, 1, 2) = 'r:'
+            BEGIN
+                UPDATE "{table}_buckets" SET tokens = tokens - 1 WHERE queue = NEW.queue;
+            END""",
+        )
+        self.schema = (*self.schema, *self.limits_schema)
+
+        # Refill a queue's bucket up to now (a bucket never seen starts full); refilling on
+        # its own is safe at any time, so it may run as a statement before the lease.
+        # Params: queue, now, rate_max, rate_per_seconds.
+        self.refill = f"""
+            INSERT INTO {prefix}"{table}_buckets" (queue, tokens, refilled_at)
+            VALUES (?1, ?3, ?2)
+            ON CONFLICT (queue) DO UPDATE SET
+                tokens = min(?3, tokens + max(0.0, ?2 - refilled_at) * ?3 / ?4),
+                refilled_at = max(refilled_at, ?2)"""
+
+        # The lease under fleet-wide limits.  Params: token, expires_at, queue, now, limit,
+        # group_concurrency (NULL: none), rate-limited (NULL: no).  ``busy`` counts each
+        # group's inflight jobs (the lease index's (queue, 'inflight') range: as many rows as
+        # jobs in flight); ``cand`` walks the lease index in lease order, skipping groups at
+        # their limit, for up to four times ``limit`` jobs; ``ranked`` keeps, per group, only
+        # as many of them as the group has free slots, and the first ``limit`` of those (at
+        # most as many as whole tokens are left) are leased.  Jobs of saturated groups ahead
+        # of the eligible ones are skipped one index entry at a time; when one lease's own
+        # jobs fill a group beyond the overscan, it returns fewer than ``limit`` and the next
+        # lease takes the rest.
+        self.lease_limited = f"""
+            UPDATE {t}
+            SET state = 'inflight', attempts = attempts + 1,
+                lease_token = ?1, lease_expires_at = ?2
+            WHERE seq IN (
+                WITH busy AS (
+                    SELECT group_key, count(*) AS n FROM {t}
+                    WHERE ?6 IS NOT NULL AND queue = ?3 AND state = 'inflight'
+                      AND group_key IS NOT NULL
+                    GROUP BY group_key),
+                cand AS (
+                    SELECT seq, group_key, priority, available_at FROM {t}
+                    WHERE queue = ?3 AND state = 'pending' AND available_at <= ?4
+                      AND (group_key IS NULL OR ?6 IS NULL
+                           OR group_key NOT IN (SELECT group_key FROM busy WHERE n >= ?6))
+                    ORDER BY priority DESC, available_at, seq
+                    LIMIT 4 * ?5),
+                ranked AS (
+                    SELECT seq, group_key, priority, available_at, row_number() OVER (
+                        PARTITION BY group_key ORDER BY priority DESC, available_at, seq) AS rn
+                    FROM cand)
+                SELECT r.seq FROM ranked AS r LEFT JOIN busy AS b ON b.group_key = r.group_key
+                WHERE r.group_key IS NULL OR ?6 IS NULL OR r.rn + coalesce(b.n, 0) <= ?6
+                ORDER BY r.priority DESC, r.available_at, r.seq
+                LIMIT max(0, min(?5, CASE WHEN ?7 IS NULL THEN ?5 ELSE coalesce(
+                    (SELECT CAST(tokens + 1e-9 AS INTEGER) FROM {prefix}"{table}_buckets"
+                     WHERE queue = ?3), 0) END)))
+            RETURNING {COLUMNS}"""
 
         # Params: token, expires_at, queue, now, limit.  RETURNING order is unspecified; the
         # backend sorts the rows again.
@@ -322,7 +397,7 @@ class Statements:
         return f"ALTER TABLE {self.table} ADD COLUMN {column} {ADDED_COLUMNS[column]}"
 
     def enqueue_values(self, rows: int) -> str:
-        """Insert up to ``rows`` jobs bound as 13 parameters each, in ``ENQUEUE_COLUMNS`` order.
+        """Insert up to ``rows`` jobs bound as 14 parameters each, in ``ENQUEUE_COLUMNS`` order.
 
         Rows whose id is NULL are padding and skipped: the backend pads a batch to the next
         power of two, so a dozen statement texts serve every batch size from the connection's

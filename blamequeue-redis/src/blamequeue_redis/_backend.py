@@ -27,6 +27,7 @@ from blamequeue.abc import (
     JobCursor,
     JobState,
     Lease,
+    LeaseLimits,
     NewJob,
     Settlement,
     StoredJob,
@@ -37,6 +38,7 @@ from blamequeue.abc import (
 from blamequeue.errors import BadArgumentError, ConfigError, QueueError
 from blamequeue_redis._errors import map_redis_error
 from blamequeue_redis._keys import KeyLayout, QueueKeys, hash_tag
+from blamequeue_redis._limits_script import LEASE_LIMITED
 from blamequeue_redis._options import RedisOptions, parse_options
 from blamequeue_redis._scripts import (
     COUNTS,
@@ -140,6 +142,7 @@ def _stored(queue: str, row: list[Any]) -> StoredJob:
         flow_id=_opt(row[12]),
         depends_on=tuple(deps.split(" ")) if deps else (),
         finished_at=float(finished) if finished else None,
+        group_key=_opt(row[16]) if len(row) > 16 else None,
     )
 
 
@@ -195,6 +198,8 @@ class RedisBackend(Backend):
         requires_seal_key=True,
         inspection=True,
         async_libraries=frozenset({"asyncio", "trio"}),
+        global_rate_limit=True,
+        group_limits=True,
     )
 
     def __init__(self, options: Mapping[str, Any], context: BackendContext) -> None:
@@ -261,7 +266,7 @@ class RedisBackend(Backend):
                 client = await anyio.to_thread.run_sync(settings.sync_client)
                 transport = ThreadTransport(client, owned=True)
         try:
-            await transport.load(SCRIPTS)
+            await transport.load((*SCRIPTS, LEASE_LIMITED))
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await transport.aclose()
@@ -384,6 +389,8 @@ class RedisBackend(Backend):
                     optional += ("trace_id", job.trace_id)
                 if job.meta is not None:
                     optional += ("meta", job.meta)
+                if job.group_key is not None:
+                    optional += ("group_key", job.group_key)
                 rows.append(
                     (
                         job.id,
@@ -413,6 +420,31 @@ class RedisBackend(Backend):
         token = f"{secrets.token_hex(_TOKEN_HEX // 2)}:{queue}"
         expires_at = now + lease_seconds
         reply = await self._script(LEASE, queue, (now, limit, token, expires_at))
+        return [
+            Lease(job=_stored(queue, row), token=token, expires_at=expires_at)
+            for row in _rows(reply)
+        ]
+
+    async def lease_limited(
+        self, queue: str, *, limit: int, now: float, lease_seconds: float, limits: LeaseLimits
+    ) -> list[Lease]:
+        """:meth:`lease` under fleet-wide limits, in one script (see
+        :mod:`blamequeue_redis._limits_script`)."""
+        if limit <= 0:
+            self._require()
+            return []
+        token = f"{secrets.token_hex(_TOKEN_HEX // 2)}:{queue}"
+        expires_at = now + lease_seconds
+        args = (
+            now,
+            limit,
+            token,
+            expires_at,
+            "" if limits.group_concurrency is None else limits.group_concurrency,
+            "" if limits.rate_max is None else limits.rate_max,
+            "" if limits.rate_per_seconds is None else repr(limits.rate_per_seconds),
+        )
+        reply = await self._script(LEASE_LIMITED, queue, args)
         return [
             Lease(job=_stored(queue, row), token=token, expires_at=expires_at)
             for row in _rows(reply)

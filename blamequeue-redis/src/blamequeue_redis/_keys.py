@@ -25,6 +25,7 @@ key                  type    holds
                              listing order; kept by every transition)
 ``B seq``            string  the queue's enqueue counter (leasing's last tie-breaker)
 ``B signal``         list    wake-up tokens; idle consumers ``BLPOP`` it
+``B bucket``         hash    the fleet-wide rate limit's token bucket: ``tokens``, ``at``
 ===================  ======  ===============================================================
 
 And one key for the whole prefix: ``{prefix}:queues``, a set of every queue name ever

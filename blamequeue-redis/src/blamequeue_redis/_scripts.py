@@ -71,6 +71,7 @@ ROW_FIELDS: Final = (
     "depends_on",
     "finished_at",
     "seq",
+    "group_key",
 )
 
 
@@ -91,7 +92,8 @@ _ROW_LUA = ", ".join(f"'{field}'" for field in ROW_FIELDS)
 
 # Helpers shared by every per-queue script.  f[i] below index ROW: 1 state, 2 payload,
 # 3 priority, 4 attempts, 5 max_attempts, 6 created_at, 7 available_at, 8 classification,
-# 9 trace_id, 10 last_error, 11 meta, 12 flow_id, 13 depends_on, 14 finished_at, 15 seq.
+# 9 trace_id, 10 last_error, 11 meta, 12 flow_id, 13 depends_on, 14 finished_at, 15 seq,
+# 16 group_key.
 PRELUDE: Final = f"""
 local base = ARGV[1]
 -- KEYS[1] is the ready zset (it routes the call on a cluster); the queue's other keys share

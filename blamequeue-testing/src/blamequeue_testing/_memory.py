@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 import secrets
 import threading
 from collections.abc import Mapping, Sequence
@@ -40,6 +41,7 @@ from blamequeue.abc import (
     JobCursor,
     JobState,
     Lease,
+    LeaseLimits,
     NewJob,
     Settlement,
     StoredJob,
@@ -68,6 +70,7 @@ class _Row:
         "expires_at",
         "finished_at",
         "flow_id",
+        "group_key",
         "id",
         "last_error",
         "max_attempts",
@@ -98,6 +101,7 @@ class _Row:
         self.meta = job.meta
         self.flow_id = job.flow_id
         self.depends_on = tuple(job.depends_on)
+        self.group_key = job.group_key
         self.finished_at: float | None = None
         self.token: str | None = None
         self.expires_at = 0.0
@@ -123,6 +127,7 @@ class _Row:
             flow_id=self.flow_id,
             depends_on=self.depends_on,
             finished_at=self.finished_at,
+            group_key=self.group_key,
         )
 
 
@@ -163,6 +168,8 @@ class _Store:
         self.dependants: dict[str, list[_Row]] = {}
         self.flows: dict[str, dict[str, _Row]] = {}
         self.workers: dict[str, WorkerRecord] = {}  # the worker registry, by id
+        # Fleet-wide rate limits: per queue, [tokens, refilled_at] of its token bucket.
+        self.buckets: dict[str, list[float]] = {}
 
     def index(self, queue: str) -> _QueueIndex:
         index = self.queues.get(queue)
@@ -235,11 +242,48 @@ class _Store:
                 queues.add(child.queue)
         return queues
 
+    def promote(self, index: _QueueIndex, now: float) -> None:
+        """Move the delayed jobs of ``index`` due by ``now`` to its ready heap."""
+        if now > index.horizon:
+            index.horizon = now
+        ready, delayed = index.ready, index.delayed
+        while delayed and delayed[0][0] <= now:
+            _, seq, version, row = heapq.heappop(delayed)
+            if row.version == version:
+                heapq.heappush(ready, (-row.priority, row.available_at, seq, version, row))
+
+    def take(self, index: _QueueIndex, row: _Row, token: str, expires_at: float) -> Lease:
+        """Lease one pending row (its ready entry already popped)."""
+        index.counts["pending"] -= 1
+        index.counts["inflight"] += 1
+        row.state = "inflight"
+        row.attempts += 1
+        row.token = token
+        row.expires_at = expires_at
+        row.version += 1
+        heapq.heappush(self.leases, (expires_at, row.seq, row.version, row))
+        return Lease(job=row.snapshot(), token=token, expires_at=expires_at)
+
     def notify(self, queue: str) -> None:
         waiters = self.waiters.pop(queue, None)
         if waiters:
             for event in waiters:
                 event.set()
+
+
+def _refill(store: _Store, queue: str, now: float, limits: LeaseLimits) -> int:
+    """Refill the queue's token bucket up to ``now``; return the whole tokens it holds."""
+    assert limits.rate_max is not None
+    assert limits.rate_per_seconds is not None
+    bucket = store.buckets.get(queue)
+    if bucket is None:
+        bucket = store.buckets[queue] = [float(limits.rate_max), now]
+    elif now > bucket[1]:
+        rate = limits.rate_max / limits.rate_per_seconds
+        bucket[0] = min(float(limits.rate_max), bucket[0] + (now - bucket[1]) * rate)
+        bucket[1] = now
+    # The epsilon absorbs float error: 0.1 s at 10/s refills 0.9999... tokens, not 1.
+    return max(0, math.floor(bucket[0] + 1e-9))
 
 
 _namespaces: dict[str, _Store] = {}
@@ -271,6 +315,8 @@ class MemoryBackend(Backend):
         cross_process_wakeup=False,
         ephemeral=True,
         inspection=True,
+        global_rate_limit=True,
+        group_limits=True,
     )
 
     def __init__(self, options: Mapping[str, Any], context: BackendContext) -> None:
@@ -332,16 +378,10 @@ class MemoryBackend(Backend):
             index = store.queues.get(queue)
             if index is None or limit < 1:
                 return []
+            store.promote(index, now)
             ready, delayed = index.ready, index.delayed
-            if now > index.horizon:
-                index.horizon = now
-            while delayed and delayed[0][0] <= now:
-                _, seq, version, row = heapq.heappop(delayed)
-                if row.version == version:
-                    heapq.heappush(ready, (-row.priority, row.available_at, seq, version, row))
             token = secrets.token_hex(8)
             expires_at = now + lease_seconds
-            counts = index.counts
             leases: list[Lease] = []
             while ready and len(leases) < limit:
                 _, available_at, seq, version, row = heapq.heappop(ready)
@@ -350,15 +390,57 @@ class MemoryBackend(Backend):
                 if available_at > now:  # a caller's clock went backwards: not due yet
                     heapq.heappush(delayed, (available_at, seq, version, row))
                     continue
-                counts["pending"] -= 1
-                counts["inflight"] += 1
-                row.state = "inflight"
-                row.attempts += 1
-                row.token = token
-                row.expires_at = expires_at
-                row.version += 1
-                heapq.heappush(store.leases, (expires_at, seq, row.version, row))
-                leases.append(Lease(job=row.snapshot(), token=token, expires_at=expires_at))
+                leases.append(store.take(index, row, token, expires_at))
+            return leases
+
+    async def lease_limited(
+        self, queue: str, *, limit: int, now: float, lease_seconds: float, limits: LeaseLimits
+    ) -> list[Lease]:
+        """:meth:`lease` under fleet-wide limits, in the same locked step.
+
+        Jobs of a group at its limit are popped, set aside and pushed back, so a lease costs
+        the jobs of saturated groups ahead of the eligible ones (and counting a group's
+        inflight jobs scans the queue): fine for a store that lives in a test process.
+        """
+        await anyio.lowlevel.checkpoint()
+        store = self._store
+        with store.lock:
+            index = store.queues.get(queue)
+            if limits.rate_max is not None:
+                limit = min(limit, _refill(store, queue, now, limits))
+            if index is None or limit < 1:
+                return []
+            store.promote(index, now)
+            ready, delayed = index.ready, index.delayed
+            cap = limits.group_concurrency
+            busy: dict[str, int] = {}
+            if cap is not None:
+                for row in index.rows.values():
+                    if row.state == "inflight" and row.group_key is not None:
+                        busy[row.group_key] = busy.get(row.group_key, 0) + 1
+            token = secrets.token_hex(8)
+            expires_at = now + lease_seconds
+            leases: list[Lease] = []
+            skipped: list[_ReadyEntry] = []
+            while ready and len(leases) < limit:
+                entry = heapq.heappop(ready)
+                _, available_at, seq, version, row = entry
+                if row.version != version:
+                    continue
+                if available_at > now:
+                    heapq.heappush(delayed, (available_at, seq, version, row))
+                    continue
+                group = row.group_key
+                if cap is not None and group is not None:
+                    if busy.get(group, 0) >= cap:
+                        skipped.append(entry)
+                        continue
+                    busy[group] = busy.get(group, 0) + 1
+                leases.append(store.take(index, row, token, expires_at))
+            for entry in skipped:
+                heapq.heappush(ready, entry)
+            if limits.rate_max is not None:
+                store.buckets[queue][0] -= len(leases)
             return leases
 
     async def settle(self, settlements: Sequence[Settlement], *, now: float) -> list[bool]:

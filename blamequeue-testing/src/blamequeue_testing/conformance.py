@@ -64,6 +64,12 @@ from ._conformance.leases import (
     TestSweep,
 )
 from ._conformance.lifecycle import TestEnqueue, TestLifecycle
+from ._conformance.limits import (
+    TestGlobalRateLimit,
+    TestGroupConcurrency,
+    TestLimitArguments,
+    TestWithoutLimits,
+)
 from ._conformance.ordering import TestDelay, TestOrdering
 from ._conformance.retention import TestRetention
 from ._conformance.sealing_audit import TestAuditTrail, TestSealing, TestSealKeyFile
@@ -88,11 +94,14 @@ __all__ = [
     "TestFlowValidation",
     "TestFlows",
     "TestGetJob",
+    "TestGlobalRateLimit",
+    "TestGroupConcurrency",
     "TestHandlers",
     "TestHeartbeat",
     "TestLeaseFence",
     "TestLifecycle",
     "TestLifecycleErrors",
+    "TestLimitArguments",
     "TestListJobs",
     "TestOrdering",
     "TestPurge",
@@ -108,6 +117,7 @@ __all__ = [
     "TestWithoutDeadLetterQueue",
     "TestWithoutFlows",
     "TestWithoutInspection",
+    "TestWithoutLimits",
     "TestWorkers",
     "anyio_backend",
     "conformance",
