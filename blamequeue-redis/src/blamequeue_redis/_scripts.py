@@ -33,6 +33,7 @@ __all__ = [
     "DLQ_PURGE",
     "DLQ_RETRY",
     "ENQUEUE",
+    "ENQUEUE_UNIQUE",
     "EXTEND",
     "FLOW_JOBS",
     "GET_JOB",
@@ -107,9 +108,21 @@ local function jkey(id) return base .. 'job:' .. id end
 -- The per-state index of the queue (inspection's listing order): zset `st:<state>`, score
 -- seq, member id.  Every state change of a job goes through move().
 local function skey(state) return base .. 'st:' .. state end
+
+-- Unique jobs: the key string `unique:<key>` names the job that took the key.  Whether that
+-- job still holds it is checked by ENQUEUE_UNIQUE itself; dropping the string once the job is
+-- no longer live only keeps keys without a TTL from piling up.
+local function release_unique(id)
+  local uk = redis.call('HGET', jkey(id), 'unique_key')
+  if uk and redis.call('GET', base .. 'unique:' .. uk) == id then
+    redis.call('DEL', base .. 'unique:' .. uk)
+  end
+end
+
 local function move(id, seq, from, to)
   if from then redis.call('ZREM', skey(from), id) end
   if to then redis.call('ZADD', skey(to), seq, id) end
+  if from and to ~= 'pending' and to ~= 'inflight' then release_unique(id) end
 end
 
 -- Run `cmd key args...` in chunks (Lua's unpack is bounded): one call per chunk instead of
@@ -200,6 +213,7 @@ end
 local function delete_job(id, flow_id)
   local st = redis.call('HGET', jkey(id), 'state')
   if st then redis.call('ZREM', skey(st), id) end
+  release_unique(id)
   if flow_id then redis.call('ZREM', base .. 'flow:' .. flow_id, id) end
   redis.call('DEL', jkey(id), base .. 'deps:' .. id)
 end
@@ -267,6 +281,37 @@ if KEYS[2] then redis.call('SADD', KEYS[2], ARGV[2]) end
 signal(woken)
 return n
 """,
+)
+
+# Unique jobs: ENQUEUE for one job, unless a job of the queue holds the unique key.  ARGV: as
+# ENQUEUE (the job's optional fields carry unique_key and unique_until), then the unique key,
+# now, and the key's TTL in milliseconds ('' = none).  The key string names the job that took
+# it; that job holds it while pending or inflight with its unique_until (none: no limit) after
+# `now`.  Returns the holder's id, or ENQUEUE's count when the job was stored (and took the
+# key).  The TTL (unique_for of real time) lets Redis drop a key whose time is up by itself.
+ENQUEUE_UNIQUE: Final = Script(
+    "enqueue_unique",
+    PRELUDE
+    + """
+local ukey = base .. 'unique:' .. ARGV[4]
+local holder = redis.call('GET', ukey)
+if holder then
+  local h = redis.call('HMGET', jkey(holder), 'state', 'unique_key', 'unique_until')
+  if (h[1] == 'pending' or h[1] == 'inflight') and h[2] == ARGV[4]
+      and (not h[3] or tonumber(h[3]) > tonumber(ARGV[5])) then
+    return holder
+  end
+end
+local new_id = cjson.decode(ARGV[3])[1][1]
+if redis.call('EXISTS', jkey(new_id)) == 0 then  -- else ENQUEUE's check below refuses it
+  if ARGV[6] ~= '' then
+    redis.call('SET', ukey, new_id, 'PX', ARGV[6])
+  else
+    redis.call('SET', ukey, new_id)
+  end
+end
+"""
+    + ENQUEUE.source.removeprefix(PRELUDE),
 )
 
 # ARGV: base, now, limit, token, expires_at.  Returns the leased rows (JSON) in lease order.
@@ -557,7 +602,8 @@ local before = cjson.encode(row(id, f))
 redis.call('ZREM', K_DEAD, id)
 redis.call('HSET', key, 'state', 'pending', 'attempts', '0', 'available_at', now)
 move(id, f[15], 'dead', 'pending')
-redis.call('HDEL', key, 'finished_at')
+release_unique(id)  -- back without its unique key
+redis.call('HDEL', key, 'finished_at', 'unique_key', 'unique_until')
 local woken = pend(id, now, f[3], f[15], now)
 flush()
 signal(woken)
@@ -692,4 +738,5 @@ SCRIPTS: Final = (
     WORKER_BEAT,
     WORKER_GONE,
     WORKER_LIST,
+    ENQUEUE_UNIQUE,
 )
