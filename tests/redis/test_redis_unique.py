@@ -1,5 +1,5 @@
 """Unique jobs on the redis backend beyond the conformance suite: several processes racing
-on one key, and the key strings (hash tag, TTL, dropped when their job is no longer live)."""
+on one key, and the key strings (hash tag, TTL, deleted with their job)."""
 
 from __future__ import annotations
 
@@ -44,7 +44,8 @@ async def test_without_unique_for_the_key_string_has_no_ttl_and_goes_with_its_jo
     async def succeed(job: Job, ctx: JobContext) -> None:
         pass
 
-    async with Queue(backends={"r": config(redis_url)}) as queue:
+    # retain_done=0: a done job's hash is deleted at once, and its key string with it.
+    async with Queue(backends={"r": config(redis_url, retain_done=0)}) as queue:
         await queue.enqueue("q", 1, unique_key="k")
         assert redis_client.pttl(_UNIQUE) == -1  # no expiry
         await queue.tick("q", succeed)

@@ -110,10 +110,10 @@ local function jkey(id) return base .. 'job:' .. id end
 local function skey(state) return base .. 'st:' .. state end
 
 -- Unique jobs: the key string `unique:<key>` names the job that took the key.  Whether that
--- job still holds it is checked by ENQUEUE_UNIQUE itself; dropping the string once the job is
--- no longer live only keeps keys without a TTL from piling up.
-local function release_unique(id)
-  local uk = redis.call('HGET', jkey(id), 'unique_key')
+-- job still holds it is checked by ENQUEUE_UNIQUE itself, so no transition has to release it;
+-- the string is dropped with its job's hash (delete_job), so a key without a TTL lives no
+-- longer than the job that took it.
+local function release_unique(id, uk)
   if uk and redis.call('GET', base .. 'unique:' .. uk) == id then
     redis.call('DEL', base .. 'unique:' .. uk)
   end
@@ -122,7 +122,6 @@ end
 local function move(id, seq, from, to)
   if from then redis.call('ZREM', skey(from), id) end
   if to then redis.call('ZADD', skey(to), seq, id) end
-  if from and to ~= 'pending' and to ~= 'inflight' then release_unique(id) end
 end
 
 -- Run `cmd key args...` in chunks (Lua's unpack is bounded): one call per chunk instead of
@@ -211,9 +210,9 @@ end
 
 -- Delete a job's hash and indexes (not its membership in the state zsets: callers do that).
 local function delete_job(id, flow_id)
-  local st = redis.call('HGET', jkey(id), 'state')
+  local st, uk = unpack(redis.call('HMGET', jkey(id), 'state', 'unique_key'))
   if st then redis.call('ZREM', skey(st), id) end
-  release_unique(id)
+  release_unique(id, uk)
   if flow_id then redis.call('ZREM', base .. 'flow:' .. flow_id, id) end
   redis.call('DEL', jkey(id), base .. 'deps:' .. id)
 end
@@ -602,7 +601,7 @@ local before = cjson.encode(row(id, f))
 redis.call('ZREM', K_DEAD, id)
 redis.call('HSET', key, 'state', 'pending', 'attempts', '0', 'available_at', now)
 move(id, f[15], 'dead', 'pending')
-release_unique(id)  -- back without its unique key
+release_unique(id, redis.call('HGET', key, 'unique_key'))  -- back without its unique key
 redis.call('HDEL', key, 'finished_at', 'unique_key', 'unique_until')
 local woken = pend(id, now, f[3], f[15], now)
 flush()
