@@ -62,6 +62,7 @@ __all__ = [
     "StoredJob",
     "StoredJobPage",
     "SweepResult",
+    "UNIQUE_HOLDING_STATES",
     "WorkerRecord",
 ]
 
@@ -70,6 +71,11 @@ Outcome = Literal["done", "retry", "dead", "release"]
 
 #: Every state, in the order :meth:`Backend.list_jobs` lists them (a job's lifecycle order).
 JOB_STATES: tuple[JobState, ...] = ("pending", "inflight", "parked", "done", "dead")
+
+#: The states in which a job holds its unique key (:meth:`Backend.enqueue_unique`): waiting to
+#: run (delayed and between retries included) or running.  A state added later in which a job
+#: still waits to run belongs here.
+UNIQUE_HOLDING_STATES: tuple[JobState, ...] = ("pending", "inflight")
 
 
 class Clock(Protocol):
@@ -352,11 +358,12 @@ class Backend(abc.ABC):
         script), so of any number of concurrent calls with one key, from any process, exactly
         one stores its job and every other returns that job's id.
 
-        A job *holds* its key while it is ``pending`` (delayed included) or ``inflight`` and
-        ``hold_until`` (``None``: no time limit) is later than the ``now`` of the call asking.
-        Any other state, or the job being deleted (purge, ``done`` without retention), frees
-        the key: check the holder's state when asking rather than releasing the key in every
-        transition, so a transition added later cannot leak a held key.  :meth:`dlq_retry`
+        A job *holds* its key while its state is one of :data:`UNIQUE_HOLDING_STATES`
+        (``pending``, delayed included, or ``inflight``) and its ``hold_until`` (``None``: no
+        time limit) is later than the ``now`` of the call asking.  Any other state, or the job
+        being deleted (purge, ``done`` without retention), frees the key: check the holder's
+        state when asking rather than releasing the key in every transition, so a transition
+        added later cannot leak a held key.  :meth:`dlq_retry`
         brings a job back *without* its key.  When the holder is ``job.id`` itself (a call
         retried after its reply was lost), return ``job.id`` and store nothing.
         """

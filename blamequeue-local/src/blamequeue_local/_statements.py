@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import Final
 
+from blamequeue.abc import UNIQUE_HOLDING_STATES
+
 __all__ = [
     "ADDED_COLUMNS",
     "COLUMNS",
@@ -57,12 +59,13 @@ ENQUEUE_VALUES_MAX: Final = 2048
 ADDED_COLUMNS: Final = {"depends_on": "TEXT", "unique_key": "TEXT", "unique_until": "REAL"}
 
 _LIVE: Final = "('pending', 'inflight', 'parked')"
+_HOLDING: Final = "(" + ", ".join(f"'{state}'" for state in UNIQUE_HOLDING_STATES) + ")"
 
 
 def _holds(queue: int, key: int, now: int) -> str:
     """The condition of a job holding a unique key, with parameters at those positions."""
     return (
-        f"queue = ?{queue} AND unique_key = ?{key} AND state IN ('pending', 'inflight') "
+        f"queue = ?{queue} AND unique_key = ?{key} AND state IN {_HOLDING} "
         f"AND (unique_until IS NULL OR unique_until > ?{now})"
     )
 

@@ -27,6 +27,8 @@ from typing import Final
 
 import attrs
 
+from blamequeue.abc import UNIQUE_HOLDING_STATES
+
 __all__ = [
     "COUNTS",
     "DLQ_LIST",
@@ -291,12 +293,15 @@ return n
 ENQUEUE_UNIQUE: Final = Script(
     "enqueue_unique",
     PRELUDE
+    + "local HOLDING = {"
+    + ", ".join(f"{state} = true" for state in UNIQUE_HOLDING_STATES)
+    + "}"
     + """
 local ukey = base .. 'unique:' .. ARGV[4]
 local holder = redis.call('GET', ukey)
 if holder then
   local h = redis.call('HMGET', jkey(holder), 'state', 'unique_key', 'unique_until')
-  if (h[1] == 'pending' or h[1] == 'inflight') and h[2] == ARGV[4]
+  if HOLDING[h[1]] and h[2] == ARGV[4]
       and (not h[3] or tonumber(h[3]) > tonumber(ARGV[5])) then
     return holder
   end

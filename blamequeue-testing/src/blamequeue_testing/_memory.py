@@ -34,6 +34,7 @@ import anyio.lowlevel
 
 from blamequeue.abc import (
     JOB_STATES,
+    UNIQUE_HOLDING_STATES,
     Backend,
     BackendContext,
     Capabilities,
@@ -250,7 +251,7 @@ class _Store:
         if (
             row is None
             or self.jobs.get(row.id) is not row
-            or row.state not in ("pending", "inflight")
+            or row.state not in UNIQUE_HOLDING_STATES
             or row.unique_key != key
             or (row.unique_until is not None and row.unique_until <= now)
         ):
