@@ -28,6 +28,10 @@ DEDUPLICATED = "system.queue.enqueue.deduplicated"
 #: The longest unique key (characters): keys are identifiers, not payloads.
 MAX_UNIQUE_KEY = 256
 
+#: The longest ``unique_for`` (about 31 years): beyond it stores' expiry arithmetic (a Redis
+#: TTL in milliseconds) overflows, and ``None`` says "while the job is live" anyway.
+MAX_UNIQUE_FOR = 1e9
+
 
 @attrs.frozen(kw_only=True)
 class UniqueClaim:
@@ -59,6 +63,12 @@ def unique_claim(unique_key: Any, unique_for: Any) -> UniqueClaim | None:
             f"({unique_key[:40]!r}...): use an identifier, e.g. a hash of the payload",
         )
     hold_for = None if unique_for is None else check_positive_seconds(unique_for, "unique_for")
+    if hold_for is not None and hold_for > MAX_UNIQUE_FOR:
+        raise BadArgumentError(
+            "queue/bad-argument",
+            f"unique_for must be at most {MAX_UNIQUE_FOR:.0f} seconds, got {unique_for!r}; pass "
+            f"unique_for=None to hold the key for as long as the job is pending or running",
+        )
     return UniqueClaim(key=unique_key, hold_for=hold_for)
 
 

@@ -243,7 +243,7 @@ class TestUniqueArguments:
         q, name = conformance.queue, conformance.name
         bad: list[tuple[Any, Any, str]] = [
             *((key, None, "unique_key") for key in ("", "   ", 42, b"bytes", "k" * 257)),
-            *((_KEY, s, "unique_for") for s in (0, -1, math.nan, math.inf, True, "60")),
+            *((_KEY, s, "unique_for") for s in (0, -1, math.nan, math.inf, 1e12, True, "60")),
             (None, 60, "unique_key"),  # unique_for alone
         ]
         for key, seconds, named in bad:
