@@ -82,6 +82,8 @@ async def test_a_call_the_real_method_would_not_accept_is_a_type_error(
         ({"delay": -1}, "queue/bad-argument"),
         ({"priority": 1.5}, "queue/bad-argument"),
         ({"max_attempts": 0}, "queue/bad-argument"),
+        ({"unique_key": ""}, "queue/bad-argument"),
+        ({"unique_for": 60}, "queue/bad-argument"),
     ],
 )
 async def test_bad_arguments_are_refused_like_the_real_enqueue(
@@ -99,6 +101,15 @@ async def test_a_payload_that_is_not_json_is_refused(bq_queue: Queue, bq_fake: Q
     assert info.value.code == "queue/bad-payload"
     with pytest.raises(BadArgumentError):
         await bq_queue.enqueue_many("q", [1, {2, 3}])
+    bq_fake.assert_nothing_dispatched()
+
+
+async def test_enqueue_many_refuses_a_unique_key_like_the_real_call(
+    bq_queue: Queue, bq_fake: QueueFake
+) -> None:
+    with pytest.raises(BadArgumentError) as info:
+        await bq_queue.enqueue_many("q", [1, 2], unique_key="k")
+    assert info.value.code == "queue/bad-argument"
     bq_fake.assert_nothing_dispatched()
 
 

@@ -54,6 +54,7 @@ from ._presence import LIVE_FOR
 from ._runtime import BackendRuntime, build_runtime
 from ._sealing import parse_seal_config
 from ._tick import run_tick
+from ._uniqueness import enqueue_unique, refuse_in_batch, unique_claim
 from ._validation import (
     check_callable,
     check_delay,
@@ -375,13 +376,22 @@ class Queue:
         trace_id: str | None = None,
         backoff: Any = None,
         group_key: str | None = None,
+        unique_key: str | None = None,
+        unique_for: float | None = None,
     ) -> str:
         """Durably hand a job over and return its id.  Returns before any worker runs it.
 
         ``group_key`` puts the job in a group (a tenant, an account): consumers given
         ``group_concurrency=N`` run at most ``N`` jobs of one group at once across the fleet.
+
+        ``unique_key``: while a job of this queue enqueued with the same key is pending
+        (delayed included) or inflight, store nothing and return that job's id.  The key is
+        held until that job leaves those states or ``unique_for`` seconds (``None``: no limit)
+        after its enqueue, whichever comes first.  A backend without the ``unique`` capability
+        refuses with ``queue/unique-unsupported``.
         """
         runtime = self._runtime(backend)
+        claim = unique_claim(unique_key, unique_for)
         jobs = self._build_jobs(
             runtime,
             queue_name,
@@ -394,9 +404,13 @@ class Queue:
             backoff=backoff,
             group_key=group_key,
         )
-        await runtime.call("enqueue", lambda: runtime.backend.enqueue(jobs))
+        if claim is not None:
+            job_id = await enqueue_unique(runtime, jobs[0], claim)
+        else:
+            await runtime.call("enqueue", lambda: runtime.backend.enqueue(jobs))
+            job_id = jobs[0].id
         runtime.notify(queue_name)
-        return jobs[0].id
+        return job_id
 
     async def enqueue_many(
         self,
@@ -411,8 +425,15 @@ class Queue:
         trace_id: str | None = None,
         backoff: Any = None,
         group_key: str | None = None,
+        unique_key: str | None = None,
+        unique_for: float | None = None,
     ) -> list[str]:
-        """Enqueue every payload in one round trip (all or none); ids in the same order."""
+        """Enqueue every payload in one round trip (all or none); ids in the same order.
+
+        Takes no ``unique_key`` / ``unique_for`` (``queue/bad-argument``): enqueue unique jobs
+        one by one with :meth:`enqueue`.
+        """
+        refuse_in_batch(unique_key, unique_for)
         runtime = self._runtime(backend)
         if isinstance(payloads, str | bytes | Mapping) or not isinstance(payloads, Iterable):
             raise BadArgumentError(

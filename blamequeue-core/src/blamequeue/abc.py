@@ -63,6 +63,7 @@ __all__ = [
     "StoredJob",
     "StoredJobPage",
     "SweepResult",
+    "UNIQUE_HOLDING_STATES",
     "WorkerRecord",
 ]
 
@@ -71,6 +72,11 @@ Outcome = Literal["done", "retry", "dead", "release"]
 
 #: Every state, in the order :meth:`Backend.list_jobs` lists them (a job's lifecycle order).
 JOB_STATES: tuple[JobState, ...] = ("pending", "inflight", "parked", "done", "dead")
+
+#: The states in which a job holds its unique key (:meth:`Backend.enqueue_unique`): waiting to
+#: run (delayed and between retries included) or running.  A state added later in which a job
+#: still waits to run belongs here.
+UNIQUE_HOLDING_STATES: tuple[JobState, ...] = ("pending", "inflight")
 
 
 class Clock(Protocol):
@@ -106,6 +112,9 @@ class Capabilities:
       :meth:`Backend.worker_heartbeat`, :meth:`Backend.worker_gone`,
       :meth:`Backend.list_workers`).  A backend that can answer only some of them leaves it
       false and refuses the others (the defaults of :class:`Backend` do).
+    * ``unique``: :meth:`Backend.enqueue_unique` works (unique jobs, ``enqueue(...,
+      unique_key=...)``); without it the core refuses a unique key with
+      ``queue/unique-unsupported``.
     * ``async_libraries``: the event loops it runs on.
     * ``global_rate_limit``: :meth:`Backend.lease_limited` honours ``LeaseLimits.rate_max``
       (a token bucket per queue kept in the store, shared by every process).
@@ -123,6 +132,7 @@ class Capabilities:
     requires_seal_key: bool = False
     ephemeral: bool = False
     inspection: bool = False
+    unique: bool = False
     async_libraries: frozenset[str] = frozenset({"asyncio", "trio"})
     global_rate_limit: bool = False
     group_limits: bool = False
@@ -373,6 +383,33 @@ class Backend(abc.ABC):
         leasing order).
         """
 
+    async def enqueue_unique(
+        self, job: NewJob, *, unique_key: str, hold_until: float | None, now: float
+    ) -> str:
+        """Store ``job`` unless a job of ``job.queue`` holds ``unique_key``; return the id of
+        the job holding the key after the call (``job.id`` when ``job`` was stored).
+
+        Only backends with ``Capabilities.unique``; the default refuses with
+        ``queue/unique-unsupported``.  One atomic step in the store (one statement, one
+        script), so of any number of concurrent calls with one key, from any process, exactly
+        one stores its job and every other returns that job's id.
+
+        A job *holds* its key while its state is one of :data:`UNIQUE_HOLDING_STATES`
+        (``pending``, delayed included, or ``inflight``) and its ``hold_until`` (``None``: no
+        time limit) is later than the ``now`` of the call asking.  Any other state, or the job
+        being deleted (purge, ``done`` without retention), frees the key: check the holder's
+        state when asking rather than releasing the key in every transition, so a transition
+        added later cannot leak a held key.  :meth:`dlq_retry`
+        brings a job back *without* its key.  When the holder is ``job.id`` itself (a call
+        retried after its reply was lost), return ``job.id`` and store nothing.
+        """
+        from .errors import UnsupportedError
+
+        raise UnsupportedError(
+            "queue/unique-unsupported",
+            f"protocol {self.protocol!r} cannot deduplicate jobs by unique key",
+        )
+
     # -- consuming -------------------------------------------------------------------------
     @abc.abstractmethod
     async def lease(
@@ -462,6 +499,9 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     async def dlq_retry(self, job_id: str, *, now: float) -> StoredJob | None:
         """Move one ``dead`` job back to ``pending`` due at ``now`` with ``attempts = 0``.
+
+        A job enqueued with a unique key comes back without it (with ``Capabilities.unique``:
+        it holds no key, and an enqueue with that key stores a new job).
 
         Returns the job as it was before the move, or ``None`` when no dead job has that id.
         """

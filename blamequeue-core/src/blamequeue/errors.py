@@ -13,7 +13,8 @@ The tree::
     ├── FlowError (ValueError)         queue/bad-flow, queue/flow-cycle, queue/flow-unknown-dep
     ├── NotFoundError (LookupError)    queue/unknown-backend, queue/unknown-job, queue/job-not-found
     ├── UnsupportedError               queue/dlq-unsupported, queue/flow-unsupported,
-    │                                  queue/inspection-unsupported, queue/limits-unsupported
+    │                                  queue/inspection-unsupported, queue/limits-unsupported,
+    │                                  queue/unique-unsupported
     ├── BackendUnavailableError        queue/backend-unavailable (retryable)
     ├── ResultTimeoutError (TimeoutError)  queue/result-timeout
     └── QueueError itself              queue/not-initialized, queue/unseal-failed, queue/job-failed
@@ -59,6 +60,7 @@ ErrorCode = Literal[
     "queue/job-not-found",
     "queue/job-failed",
     "queue/result-timeout",
+    "queue/unique-unsupported",
 ]
 
 #: Every code the library can raise; the documentation lists exactly these.
@@ -120,7 +122,7 @@ class NotFoundError(QueueError, LookupError):
 class UnsupportedError(QueueError):
     """The selected backend cannot do this (``queue/dlq-unsupported``,
     ``queue/flow-unsupported``, ``queue/inspection-unsupported``,
-    ``queue/limits-unsupported``)."""
+    ``queue/limits-unsupported``, ``queue/unique-unsupported``)."""
 
 
 class BackendUnavailableError(QueueError):

@@ -61,6 +61,8 @@ _OUTCOMES: Final = frozenset({"done", "retry", "dead", "release"})
 _OPEN_ATTEMPTS: Final = 5
 # A dead job moved by dlq_retry is re-read if it changed between our read and our write.
 _DLQ_RETRY_ATTEMPTS: Final = 5
+# enqueue_unique tries again when the key's holder finished between the insert and the read.
+_UNIQUE_ATTEMPTS: Final = 5
 
 
 # How json.dumps writes a NUL character, which SQLite's JSON functions would cut text at.  Its
@@ -90,6 +92,26 @@ def _storable(error: str) -> str:
 
 def _depends_on(job: NewJob) -> str | None:
     return json.dumps(list(job.depends_on), separators=(",", ":")) if job.depends_on else None
+
+
+def _bound_values(job: NewJob) -> tuple[Any, ...]:
+    """The parameters of one job in :meth:`Statements.enqueue_values` (``ENQUEUE_COLUMNS``)."""
+    return (
+        job.id,
+        job.queue,
+        "parked" if job.parked else "pending",
+        job.payload,
+        job.priority,
+        job.max_attempts,
+        job.created_at,
+        job.available_at,
+        job.classification,
+        job.trace_id,
+        job.meta,
+        job.flow_id,
+        _depends_on(job),
+        job.group_key,
+    )
 
 
 def stored_job(row: Row) -> StoredJob:
@@ -151,6 +173,7 @@ class LocalBackend(Backend):
         flows=True,
         cross_process_wakeup=True,
         inspection=True,
+        unique=True,
         async_libraries=frozenset({"asyncio", "trio"}),
         global_rate_limit=True,
         group_limits=True,
@@ -307,26 +330,7 @@ class LocalBackend(Backend):
             return
         if count <= ENQUEUE_VALUES_MAX:
             bucket = 1 << (count - 1).bit_length()
-            params: list[Any] = [
-                value
-                for job in jobs
-                for value in (
-                    job.id,
-                    job.queue,
-                    "parked" if job.parked else "pending",
-                    job.payload,
-                    job.priority,
-                    job.max_attempts,
-                    job.created_at,
-                    job.available_at,
-                    job.classification,
-                    job.trace_id,
-                    job.meta,
-                    job.flow_id,
-                    _depends_on(job),
-                    job.group_key,
-                )
-            ]
+            params: list[Any] = [value for job in jobs for value in _bound_values(job)]
             params += _PADDING * (bucket - count)
             await self._execute(self._sql.enqueue_values(bucket), params)
             return
@@ -358,6 +362,23 @@ class LocalBackend(Backend):
                 f"at most {ENQUEUE_VALUES_MAX}, got {count}: split the batch",
             )
         await self._execute(self._sql.enqueue, (encoded,))
+
+    async def enqueue_unique(
+        self, job: NewJob, *, unique_key: str, hold_until: float | None, now: float
+    ) -> str:
+        insert = (*_bound_values(job), unique_key, hold_until, job.queue, now)
+        for _ in range(_UNIQUE_ATTEMPTS):
+            if await self._one(self._sql.enqueue_unique, insert) is not None:
+                return job.id
+            # A job holds the key.  It may leave the live states before we read its id: then
+            # the key is free and the insert is tried again.
+            holder = await self._one(self._sql.unique_holder, (job.queue, unique_key, now))
+            if holder is not None:
+                return str(holder[0])
+        raise BackendUnavailableError(
+            f"{self._where}: the holder of unique key {unique_key[:40]!r} kept changing while "
+            f"enqueueing; try again"
+        )
 
     # -- consuming -------------------------------------------------------------------------
     async def lease(

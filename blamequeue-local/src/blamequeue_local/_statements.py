@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import Final
 
+from blamequeue.abc import UNIQUE_HOLDING_STATES
+
 __all__ = [
     "ADDED_COLUMNS",
     "COLUMNS",
@@ -55,9 +57,23 @@ ENQUEUE_VALUES_MAX: Final = 2048
 
 #: Columns added after the first release, with their type: :meth:`Statements.add_column`
 #: adds those an existing table lacks when the backend opens it.
-ADDED_COLUMNS: Final = {"depends_on": "TEXT", "group_key": "TEXT"}
+ADDED_COLUMNS: Final = {
+    "depends_on": "TEXT",
+    "group_key": "TEXT",
+    "unique_key": "TEXT",
+    "unique_until": "REAL",
+}
 
 _LIVE: Final = "('pending', 'inflight', 'parked')"
+_HOLDING: Final = "(" + ", ".join(f"'{state}'" for state in UNIQUE_HOLDING_STATES) + ")"
+
+
+def _holds(queue: int, key: int, now: int) -> str:
+    """The condition of a job holding a unique key, with parameters at those positions."""
+    return (
+        f"queue = ?{queue} AND unique_key = ?{key} AND state IN {_HOLDING} "
+        f"AND (unique_until IS NULL OR unique_until > ?{now})"
+    )
 
 
 class Statements:
@@ -94,7 +110,9 @@ class Statements:
                 lease_token TEXT,
                 lease_expires_at REAL,
                 depends_on TEXT,
-                group_key TEXT
+                group_key TEXT,
+                unique_key TEXT,
+                unique_until REAL
             )"""
         # The lease index's columns follow the lease ORDER BY, so taking the next N jobs is
         # an index range walk whatever the backlog; it also serves size() and purge().  The
@@ -138,6 +156,10 @@ class Statements:
             # (keyset on seq), so a page costs the same wherever it starts.
             f'CREATE INDEX IF NOT EXISTS {prefix}"{table}_list_idx" '
             f'ON "{table}" (queue, state, seq)',
+            # Unique jobs: the enqueue_unique check finds a key's live holder through it.
+            # Partial: jobs enqueued without a key never touch it.
+            f'CREATE INDEX IF NOT EXISTS {prefix}"{table}_unique_idx" '
+            f'ON "{table}" (queue, unique_key) WHERE unique_key IS NOT NULL',
             # The worker registry: one row per running consumer, refreshed by its heartbeat.
             f"""
             CREATE TABLE IF NOT EXISTS {self.workers} (
@@ -241,6 +263,22 @@ class Statements:
                     (SELECT CAST(tokens + 1e-9 AS INTEGER) FROM {prefix}"{table}_buckets"
                      WHERE queue = ?3), 0) END)))
             RETURNING {COLUMNS}"""
+        # Unique jobs: insert one job (the ENQUEUE_PARAMETERS of enqueue_values, then
+        # unique_key, unique_until, queue, now) unless a job of its queue holds the key: it is
+        # pending or inflight and its unique_until (NULL: none) has not passed.  One statement,
+        # so SQLite's write lock makes the check and the insert one step for every process.
+        # Nothing marks a key released: leaving the live states (done, dead, any state added
+        # later), a delete (purge, retention) or dlq_retry (which drops the key) frees it.
+        n = ENQUEUE_PARAMETERS
+        self.enqueue_unique = f"""
+            INSERT INTO {t} ({ENQUEUE_COLUMNS}, unique_key, unique_until)
+            SELECT {", ".join(f"?{i}" for i in range(1, n + 1))}, ?{n + 1}, ?{n + 2}
+            WHERE NOT EXISTS (SELECT 1 FROM {t} WHERE {_holds(n + 3, n + 1, n + 4)})
+            RETURNING id"""
+        # Params: queue, unique_key, now.  The key's holder, when the insert found one (the
+        # latest, should an earlier holder's unique_until be about to pass).
+        self.unique_holder = f"""
+            SELECT id FROM {t} WHERE {_holds(1, 2, 3)} ORDER BY seq DESC LIMIT 1"""
 
         # Params: token, expires_at, queue, now, limit.  RETURNING order is unspecified; the
         # backend sorts the rows again.
@@ -332,7 +370,7 @@ class Statements:
         self.dlq_retry = f"""
             UPDATE {t}
             SET state = 'pending', attempts = 0, available_at = ?1, finished_at = NULL,
-                lease_token = NULL, lease_expires_at = NULL
+                lease_token = NULL, lease_expires_at = NULL, unique_key = NULL
             WHERE seq = ?2 AND state = 'dead' AND attempts = ?3
               AND finished_at IS ?4 AND last_error IS ?5"""
 

@@ -11,6 +11,7 @@ redis-py exceptions are mapped to :class:`~blamequeue.errors.QueueError` here, a
 from __future__ import annotations
 
 import json
+import math
 import secrets
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, ClassVar, Final, TypeVar, cast
@@ -46,6 +47,7 @@ from blamequeue_redis._scripts import (
     DLQ_PURGE,
     DLQ_RETRY,
     ENQUEUE,
+    ENQUEUE_UNIQUE,
     EXTEND,
     FLOW_JOBS,
     GET_JOB,
@@ -146,6 +148,31 @@ def _stored(queue: str, row: list[Any]) -> StoredJob:
     )
 
 
+def _enqueue_row(job: NewJob, optional: Sequence[str] = ()) -> tuple[Any, ...]:
+    """One job as the ENQUEUE script reads it; ``optional``: more (field, value) pairs."""
+    fields = list(optional)
+    if job.classification is not None:
+        fields += ("classification", job.classification)
+    if job.trace_id is not None:
+        fields += ("trace_id", job.trace_id)
+    if job.meta is not None:
+        fields += ("meta", job.meta)
+    if job.group_key is not None:
+        fields += ("group_key", job.group_key)
+    return (
+        job.id,
+        job.priority,
+        repr(job.created_at),
+        repr(job.available_at),
+        job.max_attempts,
+        job.payload,
+        job.parked,
+        job.flow_id or "",
+        job.depends_on,
+        fields,
+    )
+
+
 def _token_queue(token: str) -> str | None:
     """The queue a lease token was issued for (None: not one of ours, so it owns nothing)."""
     if len(token) <= _TOKEN_HEX or token[_TOKEN_HEX] != ":":
@@ -197,6 +224,7 @@ class RedisBackend(Backend):
         cross_process_wakeup=True,
         requires_seal_key=True,
         inspection=True,
+        unique=True,
         async_libraries=frozenset({"asyncio", "trio"}),
         global_rate_limit=True,
         group_limits=True,
@@ -373,40 +401,36 @@ class RedisBackend(Backend):
         # One script per queue: a batch is atomic per queue (the core enqueues one queue at a
         # time; a cluster could not make several queues' slots atomic anyway).
         for queue, batch in by_queue.items():
-            keys, script_keys = self._keys(queue)
-            if transport.cluster:
-                if queue not in self._registered:
-                    await self._guard(transport.command("SADD", self._layout.registry, queue))
-                    self._registered.add(queue)
-            else:
-                script_keys = (*script_keys, self._layout.registry)
-            rows = []
-            for job in batch:
-                optional: list[str] = []
-                if job.classification is not None:
-                    optional += ("classification", job.classification)
-                if job.trace_id is not None:
-                    optional += ("trace_id", job.trace_id)
-                if job.meta is not None:
-                    optional += ("meta", job.meta)
-                if job.group_key is not None:
-                    optional += ("group_key", job.group_key)
-                rows.append(
-                    (
-                        job.id,
-                        job.priority,
-                        repr(job.created_at),
-                        repr(job.available_at),
-                        job.max_attempts,
-                        job.payload,
-                        job.parked,
-                        job.flow_id or "",
-                        job.depends_on,
-                        optional,
-                    )
-                )
-            args = (keys.base, queue, _dumps(rows))
+            keys, script_keys = await self._enqueue_keys(queue)
+            args = (keys.base, queue, _dumps([_enqueue_row(job) for job in batch]))
             await self._guard(transport.script(ENQUEUE, script_keys, args))
+
+    async def _enqueue_keys(self, queue: str) -> tuple[QueueKeys, tuple[str, ...]]:
+        """The keys of ``queue`` and the ``KEYS`` of its enqueue scripts, which register the
+        queue (on a cluster the registry lives in another slot: registered here, once)."""
+        keys, script_keys = self._keys(queue)
+        transport = self._require()
+        if not transport.cluster:
+            return keys, (*script_keys, self._layout.registry)
+        if queue not in self._registered:
+            await self._guard(transport.command("SADD", self._layout.registry, queue))
+            self._registered.add(queue)
+        return keys, script_keys
+
+    async def enqueue_unique(
+        self, job: NewJob, *, unique_key: str, hold_until: float | None, now: float
+    ) -> str:
+        keys, script_keys = await self._enqueue_keys(job.queue)
+        optional: list[str] = ["unique_key", unique_key]
+        ttl = ""
+        if hold_until is not None:
+            optional += ("unique_until", repr(hold_until))
+            ttl = str(max(1, math.ceil((hold_until - now) * 1000)))
+        row = _enqueue_row(job, optional)
+        args = (keys.base, job.queue, _dumps([row]), unique_key, repr(now), ttl)
+        reply = await self._guard(self._require().script(ENQUEUE_UNIQUE, script_keys, args))
+        # The script answers the holder's id, or how many jobs it stored (then ours holds it).
+        return job.id if isinstance(reply, int) else str(_text(reply))
 
     # -- consuming -------------------------------------------------------------------------
     async def lease(

@@ -27,12 +27,15 @@ from typing import Final
 
 import attrs
 
+from blamequeue.abc import UNIQUE_HOLDING_STATES
+
 __all__ = [
     "COUNTS",
     "DLQ_LIST",
     "DLQ_PURGE",
     "DLQ_RETRY",
     "ENQUEUE",
+    "ENQUEUE_UNIQUE",
     "EXTEND",
     "FLOW_JOBS",
     "GET_JOB",
@@ -109,6 +112,17 @@ local function jkey(id) return base .. 'job:' .. id end
 -- The per-state index of the queue (inspection's listing order): zset `st:<state>`, score
 -- seq, member id.  Every state change of a job goes through move().
 local function skey(state) return base .. 'st:' .. state end
+
+-- Unique jobs: the key string `unique:<key>` names the job that took the key.  Whether that
+-- job still holds it is checked by ENQUEUE_UNIQUE itself, so no transition has to release it;
+-- the string is dropped with its job's hash (delete_job), so a key without a TTL lives no
+-- longer than the job that took it.
+local function release_unique(id, uk)
+  if uk and redis.call('GET', base .. 'unique:' .. uk) == id then
+    redis.call('DEL', base .. 'unique:' .. uk)
+  end
+end
+
 local function move(id, seq, from, to)
   if from then redis.call('ZREM', skey(from), id) end
   if to then redis.call('ZADD', skey(to), seq, id) end
@@ -200,8 +214,9 @@ end
 
 -- Delete a job's hash and indexes (not its membership in the state zsets: callers do that).
 local function delete_job(id, flow_id)
-  local st = redis.call('HGET', jkey(id), 'state')
+  local st, uk = unpack(redis.call('HMGET', jkey(id), 'state', 'unique_key'))
   if st then redis.call('ZREM', skey(st), id) end
+  release_unique(id, uk)
   if flow_id then redis.call('ZREM', base .. 'flow:' .. flow_id, id) end
   redis.call('DEL', jkey(id), base .. 'deps:' .. id)
 end
@@ -269,6 +284,40 @@ if KEYS[2] then redis.call('SADD', KEYS[2], ARGV[2]) end
 signal(woken)
 return n
 """,
+)
+
+# Unique jobs: ENQUEUE for one job, unless a job of the queue holds the unique key.  ARGV: as
+# ENQUEUE (the job's optional fields carry unique_key and unique_until), then the unique key,
+# now, and the key's TTL in milliseconds ('' = none).  The key string names the job that took
+# it; that job holds it while pending or inflight with its unique_until (none: no limit) after
+# `now`.  Returns the holder's id, or ENQUEUE's count when the job was stored (and took the
+# key).  The TTL (unique_for of real time) lets Redis drop a key whose time is up by itself.
+ENQUEUE_UNIQUE: Final = Script(
+    "enqueue_unique",
+    PRELUDE
+    + "local HOLDING = {"
+    + ", ".join(f"{state} = true" for state in UNIQUE_HOLDING_STATES)
+    + "}"
+    + """
+local ukey = base .. 'unique:' .. ARGV[4]
+local holder = redis.call('GET', ukey)
+if holder then
+  local h = redis.call('HMGET', jkey(holder), 'state', 'unique_key', 'unique_until')
+  if HOLDING[h[1]] and h[2] == ARGV[4]
+      and (not h[3] or tonumber(h[3]) > tonumber(ARGV[5])) then
+    return holder
+  end
+end
+local new_id = cjson.decode(ARGV[3])[1][1]
+if redis.call('EXISTS', jkey(new_id)) == 0 then  -- else ENQUEUE's check below refuses it
+  if ARGV[6] ~= '' then
+    redis.call('SET', ukey, new_id, 'PX', ARGV[6])
+  else
+    redis.call('SET', ukey, new_id)
+  end
+end
+"""
+    + ENQUEUE.source.removeprefix(PRELUDE),
 )
 
 # ARGV: base, now, limit, token, expires_at.  Returns the leased rows (JSON) in lease order.
@@ -559,7 +608,8 @@ local before = cjson.encode(row(id, f))
 redis.call('ZREM', K_DEAD, id)
 redis.call('HSET', key, 'state', 'pending', 'attempts', '0', 'available_at', now)
 move(id, f[15], 'dead', 'pending')
-redis.call('HDEL', key, 'finished_at')
+release_unique(id, redis.call('HGET', key, 'unique_key'))  -- back without its unique key
+redis.call('HDEL', key, 'finished_at', 'unique_key', 'unique_until')
 local woken = pend(id, now, f[3], f[15], now)
 flush()
 signal(woken)
@@ -694,4 +744,5 @@ SCRIPTS: Final = (
     WORKER_BEAT,
     WORKER_GONE,
     WORKER_LIST,
+    ENQUEUE_UNIQUE,
 )

@@ -28,6 +28,7 @@ import attrs
 from blamequeue._backoff import parse_backoff
 from blamequeue._codec import dumps
 from blamequeue._models import Job
+from blamequeue._uniqueness import refuse_in_batch, unique_claim
 from blamequeue._validation import (
     check_delay,
     check_max_attempts,
@@ -113,6 +114,7 @@ def _check_call(queue_name: Any, options: Mapping[str, Any]) -> None:
             check_optional_str(options[key], key)
     if options.get("backoff") is not None:
         parse_backoff(options["backoff"])
+    unique_claim(options.get("unique_key"), options.get("unique_for"))
 
 
 class _ContextRecords:
@@ -315,6 +317,7 @@ class QueueFake:
                     f"payloads must be a list of payloads, got {type(payloads).__name__}",
                 )
             items = list(payloads)
+            refuse_in_batch(options.get("unique_key"), options.get("unique_for"))
             _check_call(queue_name, options)
             for payload in items:  # all or nothing, like the real call
                 dumps(payload)

@@ -35,6 +35,7 @@ import anyio.lowlevel
 
 from blamequeue.abc import (
     JOB_STATES,
+    UNIQUE_HOLDING_STATES,
     Backend,
     BackendContext,
     Capabilities,
@@ -82,6 +83,8 @@ class _Row:
         "state",
         "token",
         "trace_id",
+        "unique_key",
+        "unique_until",
         "version",
     )
 
@@ -108,6 +111,8 @@ class _Row:
         self.seq = seq  # enqueue order: the last tie-breaker of leasing order
         self.dead_order = 0  # when it became dead: the tie-breaker of dlq_list
         self.version = 0
+        self.unique_key: str | None = None  # set by enqueue_unique, dropped by dlq_retry
+        self.unique_until: float | None = None
 
     def snapshot(self) -> StoredJob:
         return StoredJob(
@@ -170,6 +175,9 @@ class _Store:
         self.workers: dict[str, WorkerRecord] = {}  # the worker registry, by id
         # Fleet-wide rate limits: per queue, [tokens, refilled_at] of its token bucket.
         self.buckets: dict[str, list[float]] = {}
+        # Unique jobs: (queue, key) -> the last job that took the key.  Whether it still
+        # holds it is decided when asked (holder()), so no transition has to release keys.
+        self.unique: dict[tuple[str, str], _Row] = {}
 
     def index(self, queue: str) -> _QueueIndex:
         index = self.queues.get(queue)
@@ -223,6 +231,8 @@ class _Store:
                     del self.flows[row.flow_id]
         # A deleted job is never settled again: nothing will look up who waits on it.
         self.dependants.pop(row.id, None)
+        if row.unique_key is not None and self.unique.get((row.queue, row.unique_key)) is row:
+            del self.unique[(row.queue, row.unique_key)]
 
     def release(self, waiting: list[_Row], at: float) -> set[str]:
         """A job just became ``done`` (or was deleted as done): make each job of ``waiting``
@@ -263,6 +273,19 @@ class _Store:
         row.version += 1
         heapq.heappush(self.leases, (expires_at, row.seq, row.version, row))
         return Lease(job=row.snapshot(), token=token, expires_at=expires_at)
+
+    def holder(self, queue: str, key: str, now: float) -> _Row | None:
+        """The job holding unique ``key`` in ``queue`` at ``now``, if any."""
+        row = self.unique.get((queue, key))
+        if (
+            row is None
+            or self.jobs.get(row.id) is not row
+            or row.state not in UNIQUE_HOLDING_STATES
+            or row.unique_key != key
+            or (row.unique_until is not None and row.unique_until <= now)
+        ):
+            return None
+        return row
 
     def notify(self, queue: str) -> None:
         waiters = self.waiters.pop(queue, None)
@@ -317,6 +340,7 @@ class MemoryBackend(Backend):
         inspection=True,
         global_rate_limit=True,
         group_limits=True,
+        unique=True,
     )
 
     def __init__(self, options: Mapping[str, Any], context: BackendContext) -> None:
@@ -367,6 +391,27 @@ class MemoryBackend(Backend):
                     queues.add(row.queue)
             for queue in queues:
                 store.notify(queue)
+
+    async def enqueue_unique(
+        self, job: NewJob, *, unique_key: str, hold_until: float | None, now: float
+    ) -> str:
+        await anyio.lowlevel.checkpoint()
+        store = self._store
+        with store.lock:
+            holder = store.holder(job.queue, unique_key, now)
+            if holder is not None:
+                return holder.id
+            if job.id in store.jobs:
+                raise BadArgumentError(
+                    "queue/bad-argument", f"a job with id {job.id!r} already exists"
+                )
+            row = _Row(job, next(store.seq))
+            row.unique_key, row.unique_until = unique_key, hold_until
+            store.add(row)
+            store.unique[(job.queue, unique_key)] = row
+            if row.state == "pending":
+                store.notify(row.queue)
+            return job.id
 
     # -- consuming -------------------------------------------------------------------------
     async def lease(
@@ -613,6 +658,7 @@ class MemoryBackend(Backend):
             if row is None or row.state != "dead":
                 return None
             before = row.snapshot()
+            row.unique_key = row.unique_until = None  # back without its unique key
             row.attempts = 0
             row.available_at = now
             row.finished_at = None

@@ -76,6 +76,7 @@ from ._conformance.sealing_audit import TestAuditTrail, TestSealing, TestSealKey
 from ._conformance.shutdown import TestShutdown
 from ._conformance.size_and_purge import TestPurge, TestSize
 from ._conformance.tick import TestTick
+from ._conformance.unique import TestUniqueArguments, TestUniqueJobs, TestWithoutUniqueJobs
 
 __all__ = [
     "AuditRecorder",
@@ -114,10 +115,13 @@ __all__ = [
     "TestSize",
     "TestSweep",
     "TestTick",
+    "TestUniqueArguments",
+    "TestUniqueJobs",
     "TestWithoutDeadLetterQueue",
     "TestWithoutFlows",
     "TestWithoutInspection",
     "TestWithoutLimits",
+    "TestWithoutUniqueJobs",
     "TestWorkers",
     "anyio_backend",
     "conformance",
