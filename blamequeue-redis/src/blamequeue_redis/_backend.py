@@ -10,13 +10,16 @@ redis-py exceptions are mapped to :class:`~blamequeue.errors.QueueError` here, a
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import secrets
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, ClassVar, Final, TypeVar, cast
 from urllib.parse import urlsplit, urlunsplit
 
 import anyio
+import anyio.lowlevel
 import anyio.to_thread
 
 from blamequeue.abc import (
@@ -26,6 +29,7 @@ from blamequeue.abc import (
     Capabilities,
     JobCursor,
     JobState,
+    JobWatch,
     Lease,
     NewJob,
     Settlement,
@@ -62,6 +66,7 @@ from blamequeue_redis._scripts import (
 from blamequeue_redis._transport import (
     AsyncioTransport,
     ClientSettings,
+    Listener,
     ScriptCall,
     ThreadTransport,
     Transport,
@@ -70,6 +75,8 @@ from blamequeue_redis._transport import (
 )
 
 __all__ = ["RedisBackend"]
+
+log = logging.getLogger("blamequeue")
 
 T = TypeVar("T")
 
@@ -140,6 +147,7 @@ def _stored(queue: str, row: list[Any]) -> StoredJob:
         flow_id=_opt(row[12]),
         depends_on=tuple(deps.split(" ")) if deps else (),
         finished_at=float(finished) if finished else None,
+        result=_opt(row[16]) if len(row) > 16 else None,
     )
 
 
@@ -194,6 +202,8 @@ class RedisBackend(Backend):
         cross_process_wakeup=True,
         requires_seal_key=True,
         inspection=True,
+        results=True,
+        progress_events=True,
         async_libraries=frozenset({"asyncio", "trio"}),
     )
 
@@ -446,9 +456,11 @@ class RedisBackend(Backend):
                         repr(item.at),
                         False if item.error is None else _storable(item.error),
                         item.keep,
+                        False if item.result is None else item.result,
                     )
                 )
-            calls.append(self._call(SETTLE, queue, (now, _dumps(items))))
+            args = (now, _dumps(items), self._layout.events_prefix)
+            calls.append(self._call(SETTLE, queue, args))
         replies = await self._run_calls(calls)
         for indexes, reply in zip(by_queue.values(), replies, strict=True):
             flags = _text(reply)
@@ -514,6 +526,32 @@ class RedisBackend(Backend):
             return
         keys, _ = self._keys(queue)
         await self._guard(transport.wait(keys.signal, max(0.0, timeout)))
+
+    # -- results and progress ----------------------------------------------------------------
+    @contextlib.asynccontextmanager
+    async def watch_job(self, job_id: str) -> AsyncIterator[JobWatch]:
+        """Subscribes to the job's events channel (a pub/sub connection of its own): the
+        settle script publishes there atomically with a job's end, ``ctx.progress`` its
+        events."""
+        transport = self._require()
+        try:
+            listener = await self._guard(transport.listen(self._layout.events_prefix + job_id))
+        except QueueError as exc:
+            if exc.retryable:
+                raise
+            # An ACL user without the events channels: results still work, by polling.
+            log.warning("%s: cannot subscribe to job events, polling instead: %s", self._where, exc)
+            yield JobWatch(self.context.clock)
+            return
+        try:
+            yield _RedisWatch(self.context.clock, listener, self._guard)
+        finally:
+            await listener.aclose()
+
+    async def publish_progress(self, job_id: str, event: str, *, now: float) -> None:
+        transport = self._require()
+        channel = self._layout.events_prefix + job_id
+        await self._guard(transport.command("PUBLISH", channel, "p" + event))
 
     # -- inspecting and operating ---------------------------------------------------------
     async def size(self, queue: str) -> int:
@@ -665,3 +703,25 @@ class RedisBackend(Backend):
             if worker.heartbeat_at >= alive_since:
                 workers.append(worker)
         return sorted(workers, key=lambda w: (w.queue, w.started_at, w.id))
+
+
+class _RedisWatch(JobWatch):
+    """Reads the job's events channel in short slices, so the queue's clock (virtual in tests)
+    decides when a wait ends."""
+
+    def __init__(
+        self, clock: Any, listener: Listener, guard: Callable[[Awaitable[Any]], Awaitable[Any]]
+    ) -> None:
+        super().__init__(clock)
+        self._listener = listener
+        self._guard = guard
+
+    async def next_event(self, timeout: float) -> str | None:
+        end = self.clock.now() + timeout
+        while (remaining := end - self.clock.now()) > 0:
+            message = await self._guard(self._listener.get(remaining))
+            if message is None:
+                continue
+            return message[1:] if message.startswith("p") else None
+        await anyio.lowlevel.checkpoint()
+        return None

@@ -71,6 +71,7 @@ ROW_FIELDS: Final = (
     "depends_on",
     "finished_at",
     "seq",
+    "result",
 )
 
 
@@ -91,7 +92,8 @@ _ROW_LUA = ", ".join(f"'{field}'" for field in ROW_FIELDS)
 
 # Helpers shared by every per-queue script.  f[i] below index ROW: 1 state, 2 payload,
 # 3 priority, 4 attempts, 5 max_attempts, 6 created_at, 7 available_at, 8 classification,
-# 9 trace_id, 10 last_error, 11 meta, 12 flow_id, 13 depends_on, 14 finished_at, 15 seq.
+# 9 trace_id, 10 last_error, 11 meta, 12 flow_id, 13 depends_on, 14 finished_at, 15 seq,
+# 16 result.
 PRELUDE: Final = f"""
 local base = ARGV[1]
 -- KEYS[1] is the ready zset (it routes the call on a cluster); the queue's other keys share
@@ -319,7 +321,9 @@ return encode(out)
 )
 
 # ARGV: base, now, the settlements as one JSON array of [id, token, outcome, at, error (false:
-# none), keep (true/false)].  Returns one '1' (applied) or '0' (stale) per settlement.
+# none), keep (true/false), result (false: none)], the events channel prefix.  Returns one '1'
+# (applied) or '0' (stale) per settlement; a job that ends (done or dead) gets an 's' on its
+# events channel, for the result waiters.
 SETTLE: Final = _script(
     "settle",
     """
@@ -354,6 +358,11 @@ local function release(waiting, at)
   end
 end
 
+-- Wake the job's result waiters.  pcall: a user the ACL denies channels still settles (the
+-- waiters then notice by polling).
+local events = ARGV[4]
+local function tell(id) redis.pcall('PUBLISH', events .. id, 's') end
+
 for j, item in ipairs(items) do
   local id, token, outcome, at, err, keep = item[1], item[2], item[3], item[4], item[5], item[6]
   local key = jkey(id)
@@ -373,6 +382,7 @@ for j, item in ipairs(items) do
       end
       if keep then
         redis.call('HSET', key, 'state', 'done', 'finished_at', at)
+        if type(item[7]) == 'string' then redis.call('HSET', key, 'result', item[7]) end
         move(id, f[5], 'inflight', 'done')
         done[#done + 1] = at
         done[#done + 1] = id
@@ -380,6 +390,7 @@ for j, item in ipairs(items) do
         delete_job(id, f[3])
       end
       if waiting then release(waiting, at) end
+      tell(id)
     elseif outcome == 'dead' then
       redis.call('HSET', key, 'state', 'dead', 'finished_at', at)
       move(id, f[5], 'inflight', 'dead')
@@ -390,6 +401,7 @@ for j, item in ipairs(items) do
       end
       dead[#dead + 1] = at
       dead[#dead + 1] = id
+      tell(id)
     elseif outcome == 'retry' then
       redis.call('HSET', key, 'state', 'pending', 'available_at', at)
       move(id, f[5], 'inflight', 'pending')

@@ -22,11 +22,13 @@ store, like several workers on one database; without it each backend has a priva
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import itertools
 import secrets
 import threading
-from collections.abc import Mapping, Sequence
+from collections import deque
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, ClassVar
 
 import anyio
@@ -39,6 +41,7 @@ from blamequeue.abc import (
     Capabilities,
     JobCursor,
     JobState,
+    JobWatch,
     Lease,
     NewJob,
     Settlement,
@@ -75,6 +78,7 @@ class _Row:
         "payload",
         "priority",
         "queue",
+        "result",
         "seq",
         "state",
         "token",
@@ -99,6 +103,7 @@ class _Row:
         self.flow_id = job.flow_id
         self.depends_on = tuple(job.depends_on)
         self.finished_at: float | None = None
+        self.result: str | None = None
         self.token: str | None = None
         self.expires_at = 0.0
         self.seq = seq  # enqueue order: the last tie-breaker of leasing order
@@ -123,6 +128,7 @@ class _Row:
             flow_id=self.flow_id,
             depends_on=self.depends_on,
             finished_at=self.finished_at,
+            result=self.result,
         )
 
 
@@ -148,6 +154,25 @@ class _QueueIndex:
         self.horizon = float("-inf")
 
 
+class _MemoryWatch(JobWatch):
+    """A watch on one job: settlements and progress events pushed by the store, in order."""
+
+    def __init__(self, clock: Any) -> None:
+        super().__init__(clock)
+        self.events: deque[str | None] = deque()
+        self.signal = anyio.Event()
+
+    def push(self, event: str | None) -> None:
+        self.events.append(event)
+        self.signal.set()
+
+    async def next_event(self, timeout: float) -> str | None:
+        if not self.events:
+            self.signal = anyio.Event()
+            await self.first_of(timeout, self.signal.wait)
+        return self.events.popleft() if self.events else None
+
+
 class _Store:
     """The jobs of one backend, or of every backend sharing a namespace."""
 
@@ -163,6 +188,12 @@ class _Store:
         self.dependants: dict[str, list[_Row]] = {}
         self.flows: dict[str, dict[str, _Row]] = {}
         self.workers: dict[str, WorkerRecord] = {}  # the worker registry, by id
+        self.watches: dict[str, set[_MemoryWatch]] = {}  # open watch_job()s, by job id
+
+    def tell(self, job_id: str, event: str | None) -> None:
+        """Push ``event`` (``None``: the job changed state) to the watches of ``job_id``."""
+        for watch in self.watches.get(job_id, ()):
+            watch.push(event)
 
     def index(self, queue: str) -> _QueueIndex:
         index = self.queues.get(queue)
@@ -177,6 +208,8 @@ class _Store:
         counts[state] += 1
         row.state = state
         row.version += 1
+        if self.watches and state in ("done", "dead"):
+            self.tell(row.id, None)
 
     def pend(self, row: _Row) -> None:
         """File a row that is now ``pending`` (its version already bumped) in a heap."""
@@ -208,6 +241,8 @@ class _Store:
         del self.jobs[row.id]
         row.version += 1  # every heap entry of this row is now stale
         row.token = None
+        if self.watches:
+            self.tell(row.id, None)
         if row.flow_id is not None:
             members = self.flows.get(row.flow_id)
             if members is not None:
@@ -271,6 +306,8 @@ class MemoryBackend(Backend):
         cross_process_wakeup=False,
         ephemeral=True,
         inspection=True,
+        results=True,
+        progress_events=True,
     )
 
     def __init__(self, options: Mapping[str, Any], context: BackendContext) -> None:
@@ -377,6 +414,7 @@ class MemoryBackend(Backend):
                 if outcome == "done":
                     waiting = store.dependants.pop(row.id, None)
                     row.finished_at = item.at
+                    row.result = item.result
                     if item.keep:
                         store.move(row, "done")
                         heapq.heappush(store.retained, (item.at, row.seq, row.version, row))
@@ -482,6 +520,30 @@ class MemoryBackend(Backend):
                 tg.cancel_scope.cancel()
         finally:
             waiters.discard(event)
+
+    # -- results and progress ----------------------------------------------------------------
+    @contextlib.asynccontextmanager
+    async def watch_job(self, job_id: str) -> AsyncIterator[JobWatch]:
+        """Settlements and progress events of ``job_id`` pushed by this store (also from
+        backends sharing its namespace); time runs on the queue's clock."""
+        watch = _MemoryWatch(self.context.clock)
+        store = self._store
+        with store.lock:
+            store.watches.setdefault(job_id, set()).add(watch)
+        try:
+            yield watch
+        finally:
+            with store.lock:
+                watches = store.watches.get(job_id)
+                if watches is not None:
+                    watches.discard(watch)
+                    if not watches:
+                        del store.watches[job_id]
+
+    async def publish_progress(self, job_id: str, event: str, *, now: float) -> None:
+        await anyio.lowlevel.checkpoint()
+        with self._store.lock:
+            self._store.tell(job_id, event)
 
     # -- inspecting and operating ---------------------------------------------------------
     async def size(self, queue: str) -> int:

@@ -65,6 +65,12 @@ from ._conformance.leases import (
 )
 from ._conformance.lifecycle import TestEnqueue, TestLifecycle
 from ._conformance.ordering import TestDelay, TestOrdering
+from ._conformance.results import (
+    TestFlowResults,
+    TestProgressEvents,
+    TestResults,
+    TestWithoutResults,
+)
 from ._conformance.retention import TestRetention
 from ._conformance.sealing_audit import TestAuditTrail, TestSealing, TestSealKeyFile
 from ._conformance.shutdown import TestShutdown
@@ -85,6 +91,7 @@ __all__ = [
     "TestDelay",
     "TestEnqueue",
     "TestExtendLease",
+    "TestFlowResults",
     "TestFlowValidation",
     "TestFlows",
     "TestGetJob",
@@ -95,9 +102,11 @@ __all__ = [
     "TestLifecycleErrors",
     "TestListJobs",
     "TestOrdering",
+    "TestProgressEvents",
     "TestPurge",
     "TestQueueCounts",
     "TestRateLimit",
+    "TestResults",
     "TestRetention",
     "TestSealKeyFile",
     "TestSealing",
@@ -108,6 +117,7 @@ __all__ = [
     "TestWithoutDeadLetterQueue",
     "TestWithoutFlows",
     "TestWithoutInspection",
+    "TestWithoutResults",
     "TestWorkers",
     "anyio_backend",
     "conformance",
