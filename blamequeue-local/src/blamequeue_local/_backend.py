@@ -477,13 +477,11 @@ class LocalBackend(Backend):
     async def _events_after(self, job_id: str, seq: int) -> list[Row]:
         return await self._all(self._sql.event_read, (job_id, seq))
 
-    async def _commit_seen(self, baseline: Signature | None) -> Signature | None:
+    async def _commit_seen(self, baseline: Signature) -> Signature:
         """Return the file signature once it differs from ``baseline`` (real time, polled
-        every 20 ms); without a file, after one poll interval."""
+        every 20 ms, like :meth:`wait_for_work`)."""
         signature = self._signature
-        if signature is None or baseline is None:
-            await anyio.sleep(POLL_INTERVAL)
-            return None if signature is None else signature.read()
+        assert signature is not None
         while True:
             current = signature.read()
             if current != baseline:
@@ -619,10 +617,16 @@ class _LocalWatch(JobWatch):
 
     async def next_event(self, timeout: float) -> str | None:
         if not self._events:
-            seen = await self.first_of(timeout, lambda: self._backend._commit_seen(self._baseline))
-            if seen is None and self._backend._signature is not None:
-                return None  # the time passed with no commit: nothing new
-            self._baseline = seen
+            baseline = self._baseline
+            if baseline is None:
+                # No file to watch (an in-memory or path-less store): look when the core's
+                # poll says so.
+                await self.clock.sleep(timeout)
+            else:
+                seen = await self.first_of(timeout, lambda: self._backend._commit_seen(baseline))
+                if seen is None:
+                    return None  # the time passed with no commit: nothing new
+                self._baseline = seen
             for seq, event in await self._backend._events_after(self._job_id, self._after):
                 self._after = int(seq)
                 self._events.append(str(event))
