@@ -459,8 +459,7 @@ class RedisBackend(Backend):
                         False if item.result is None else item.result,
                     )
                 )
-            args = (now, _dumps(items), self._layout.events_prefix)
-            calls.append(self._call(SETTLE, queue, args))
+            calls.append(self._call(SETTLE, queue, (now, _dumps(items))))
         replies = await self._run_calls(calls)
         for indexes, reply in zip(by_queue.values(), replies, strict=True):
             flags = _text(reply)
@@ -530,12 +529,16 @@ class RedisBackend(Backend):
     # -- results and progress ----------------------------------------------------------------
     @contextlib.asynccontextmanager
     async def watch_job(self, job_id: str) -> AsyncIterator[JobWatch]:
-        """Subscribes to the job's events channel (a pub/sub connection of its own): the
-        settle script publishes there atomically with a job's end, ``ctx.progress`` its
-        events."""
+        """Subscribes (a pub/sub connection of its own) to the job's events channel, where
+        ``ctx.progress`` publishes, and to its queue's ``settled`` channel, where the settle
+        script publishes the ids of the jobs that ended, atomically with their settlement."""
         transport = self._require()
+        channels = [self._layout.events_prefix + job_id]
+        stored = await self.get_job(job_id)
+        if stored is not None:
+            channels.append(self._keys(stored.queue)[0].base + "settled")
         try:
-            listener = await self._guard(transport.listen(self._layout.events_prefix + job_id))
+            listener = await self._guard(transport.listen(channels))
         except QueueError as exc:
             if exc.retryable:
                 raise
@@ -544,7 +547,7 @@ class RedisBackend(Backend):
             yield JobWatch(self.context.clock)
             return
         try:
-            yield _RedisWatch(self.context.clock, listener, self._guard)
+            yield _RedisWatch(self.context.clock, job_id, listener, self._guard)
         finally:
             await listener.aclose()
 
@@ -710,18 +713,28 @@ class _RedisWatch(JobWatch):
     decides when a wait ends."""
 
     def __init__(
-        self, clock: Any, listener: Listener, guard: Callable[[Awaitable[Any]], Awaitable[Any]]
+        self,
+        clock: Any,
+        job_id: str,
+        listener: Listener,
+        guard: Callable[[Awaitable[Any]], Awaitable[Any]],
     ) -> None:
         super().__init__(clock)
+        self._job_id = job_id
         self._listener = listener
         self._guard = guard
 
     async def next_event(self, timeout: float) -> str | None:
         end = self.clock.now() + timeout
         while (remaining := end - self.clock.now()) > 0:
-            message = await self._guard(self._listener.get(remaining))
+            message: tuple[str, str] | None = await self._guard(self._listener.get(remaining))
             if message is None:
                 continue
-            return message[1:] if message.startswith("p") else None
+            channel, data = message
+            if channel.endswith(":settled"):
+                if self._job_id in data.split(" "):
+                    return None
+                continue
+            return data[1:]
         await anyio.lowlevel.checkpoint()
         return None

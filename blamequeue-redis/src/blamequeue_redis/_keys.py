@@ -32,9 +32,10 @@ enqueued to, so a sweep (and an operation given only a job id) can visit every q
 worker registry, ``{<prefix>:workers}:records`` (hash: worker id -> record JSON) and
 ``{<prefix>:workers}:beats`` (zset: worker id scored by its last heartbeat), one fixed hash tag.
 
-Pub/sub (no key): ``{prefix}:events:<job id>`` carries one job's live events: ``p<event>`` for
-each ``ctx.progress`` and ``s`` when the job settles for good (published by the settle script,
-atomically with the settlement), for ``Queue.result`` and ``Queue.subscribe`` waiters.
+Pub/sub (no key): ``B settled`` carries the space-separated ids of the jobs one settle call
+ended (``done`` or ``dead``), published by the settle script atomically with the settlement;
+``{prefix}:events:<job id>`` carries one job's progress events (``p<event>`` per
+``ctx.progress``).  ``Queue.result`` and ``Queue.subscribe`` waiters listen to both.
 """
 
 from __future__ import annotations

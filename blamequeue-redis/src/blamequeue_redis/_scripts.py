@@ -321,9 +321,9 @@ return encode(out)
 )
 
 # ARGV: base, now, the settlements as one JSON array of [id, token, outcome, at, error (false:
-# none), keep (true/false), result (false: none)], the events channel prefix.  Returns one '1'
-# (applied) or '0' (stale) per settlement; a job that ends (done or dead) gets an 's' on its
-# events channel, for the result waiters.
+# none), keep (true/false), result (false: none)].  Returns one '1' (applied) or '0' (stale)
+# per settlement.  The ids of the jobs that ended (done or dead) are published, space-separated,
+# on the queue's channel `<base>settled` (one message per call), for result waiters.
 SETTLE: Final = _script(
     "settle",
     """
@@ -358,10 +358,7 @@ local function release(waiting, at)
   end
 end
 
--- Wake the job's result waiters.  pcall: a user the ACL denies channels still settles (the
--- waiters then notice by polling).
-local events = ARGV[4]
-local function tell(id) redis.pcall('PUBLISH', events .. id, 's') end
+local ended = {}
 
 for j, item in ipairs(items) do
   local id, token, outcome, at, err, keep = item[1], item[2], item[3], item[4], item[5], item[6]
@@ -390,7 +387,7 @@ for j, item in ipairs(items) do
         delete_job(id, f[3])
       end
       if waiting then release(waiting, at) end
-      tell(id)
+      ended[#ended + 1] = id
     elseif outcome == 'dead' then
       redis.call('HSET', key, 'state', 'dead', 'finished_at', at)
       move(id, f[5], 'inflight', 'dead')
@@ -401,7 +398,7 @@ for j, item in ipairs(items) do
       end
       dead[#dead + 1] = at
       dead[#dead + 1] = id
-      tell(id)
+      ended[#ended + 1] = id
     elseif outcome == 'retry' then
       redis.call('HSET', key, 'state', 'pending', 'available_at', at)
       move(id, f[5], 'inflight', 'pending')
@@ -426,6 +423,10 @@ bulk('ZADD', K_DONE, done)
 bulk('ZADD', K_DEAD, dead)
 flush()
 signal(woken)
+if #ended > 0 then
+  -- pcall: a user the ACL denies channels still settles (waiters then notice by polling).
+  redis.pcall('PUBLISH', base .. 'settled', table.concat(ended, ' '))
+end
 return table.concat(res)
 """,
 )

@@ -227,19 +227,22 @@ class Listener(abc.ABC):
     """One pub/sub subscription on a connection of its own (``Transport.listen``)."""
 
     @abc.abstractmethod
-    async def get(self, timeout: float) -> str | None:
-        """The next message published on the channel, or ``None`` after ``timeout`` seconds
-        (at most :data:`LISTEN_SLICE`)."""
+    async def get(self, timeout: float) -> tuple[str, str] | None:
+        """The next message published on its channels, as ``(channel, data)``, or ``None``
+        after ``timeout`` seconds (at most :data:`LISTEN_SLICE`)."""
 
     @abc.abstractmethod
     async def aclose(self) -> None: ...
 
 
-def _message_text(message: Any) -> str | None:
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "surrogatepass") if isinstance(value, bytes) else str(value)
+
+
+def _message_text(message: Any) -> tuple[str, str] | None:
     if message is None or message.get("type") not in ("message", "smessage"):
         return None
-    data = message["data"]
-    return data.decode("utf-8", "surrogatepass") if isinstance(data, bytes) else str(data)
+    return _text(message["channel"]), _text(message["data"])
 
 
 def _confirmed(message: Any) -> bool:
@@ -250,7 +253,7 @@ class _AsyncListener(Listener):
     def __init__(self, pubsub: Any) -> None:
         self._pubsub = pubsub
 
-    async def get(self, timeout: float) -> str | None:
+    async def get(self, timeout: float) -> tuple[str, str] | None:
         message = await self._pubsub.get_message(
             ignore_subscribe_messages=True, timeout=min(max(timeout, 0.0), LISTEN_SLICE)
         )
@@ -266,7 +269,7 @@ class _ThreadListener(Listener):
         self._pubsub = pubsub
         self._limiter = limiter
 
-    async def get(self, timeout: float) -> str | None:
+    async def get(self, timeout: float) -> tuple[str, str] | None:
         read = functools.partial(
             self._pubsub.get_message,
             ignore_subscribe_messages=True,
@@ -304,8 +307,8 @@ class Transport(abc.ABC):
         """``SCRIPT LOAD`` every script (on every primary of a cluster)."""
 
     @abc.abstractmethod
-    async def listen(self, channel: str) -> Listener:
-        """Subscribe to ``channel`` (``SUBSCRIBE`` done when this returns)."""
+    async def listen(self, channels: Sequence[str]) -> Listener:
+        """Subscribe to ``channels`` (``SUBSCRIBE`` confirmed when this returns)."""
 
     @abc.abstractmethod
     async def wait(self, key: str, timeout: float) -> bool:
@@ -393,14 +396,15 @@ class AsyncioTransport(Transport):
         for script in scripts:
             await self.client.script_load(script.source)
 
-    async def listen(self, channel: str) -> Listener:
+    async def listen(self, channels: Sequence[str]) -> Listener:
         pubsub = self.client.pubsub()
         try:
-            await pubsub.subscribe(channel)
+            await pubsub.subscribe(*channels)
             # Until the server confirms, a message published meanwhile could be missed.
             with anyio.fail_after(CONNECT_TIMEOUT):
-                while not _confirmed(await pubsub.get_message(timeout=LISTEN_SLICE)):
-                    pass
+                for _ in channels:
+                    while not _confirmed(await pubsub.get_message(timeout=LISTEN_SLICE)):
+                        pass
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await pubsub.aclose()
@@ -541,16 +545,18 @@ class ThreadTransport(Transport):
 
         await self._run(load_all)
 
-    async def listen(self, channel: str) -> Listener:
+    async def listen(self, channels: Sequence[str]) -> Listener:
         def subscribe() -> Any:
             pubsub = self.client.pubsub()
             try:
-                pubsub.subscribe(channel)
+                pubsub.subscribe(*channels)
+                confirmed = 0
                 for _ in range(int(CONNECT_TIMEOUT / LISTEN_SLICE)):
-                    if _confirmed(pubsub.get_message(timeout=LISTEN_SLICE)):
+                    confirmed += _confirmed(pubsub.get_message(timeout=LISTEN_SLICE))
+                    if confirmed == len(channels):
                         break
                 else:
-                    raise TimeoutError(f"no confirmation of SUBSCRIBE {channel}")
+                    raise TimeoutError(f"no confirmation of SUBSCRIBE {' '.join(channels)}")
             except BaseException:
                 pubsub.close()
                 raise
