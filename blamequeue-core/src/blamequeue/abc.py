@@ -332,6 +332,8 @@ class JobWatch:
     async def first_of(self, timeout: float, wait: Callable[[], Awaitable[T]]) -> T | None:
         """``await wait()``, or ``None`` once ``timeout`` seconds of the clock passed first:
         a helper for subclasses whose store wakes them, so virtual clocks still drive them."""
+        import anyio
+
         outcome: list[T] = []
 
         async def run_wait() -> None:
@@ -341,8 +343,6 @@ class JobWatch:
         async def run_clock() -> None:
             await self.clock.sleep(timeout)
             tg.cancel_scope.cancel()
-
-        import anyio
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(run_wait)
