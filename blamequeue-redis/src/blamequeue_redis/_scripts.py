@@ -198,6 +198,12 @@ local function encode(rows)
   return cjson.encode(rows)
 end
 
+-- Tell result waiters (pub/sub, channel `<base>settled`) which jobs just ended, one message
+-- per call.  pcall: a user the ACL denies channels still settles (waiters then poll).
+local function announce(ids)
+  if #ids > 0 then redis.pcall('PUBLISH', base .. 'settled', table.concat(ids, ' ')) end
+end
+
 -- Delete a job's hash and indexes (not its membership in the state zsets: callers do that).
 local function delete_job(id, flow_id)
   local st = redis.call('HGET', jkey(id), 'state')
@@ -423,10 +429,7 @@ bulk('ZADD', K_DONE, done)
 bulk('ZADD', K_DEAD, dead)
 flush()
 signal(woken)
-if #ended > 0 then
-  -- pcall: a user the ACL denies channels still settles (waiters then notice by polling).
-  redis.pcall('PUBLISH', base .. 'settled', table.concat(ended, ' '))
-end
+announce(ended)
 return table.concat(res)
 """,
 )
@@ -455,6 +458,7 @@ return table.concat(res)
 
 # ARGV: base, now, expired_error, cutoff (prune done jobs finished before it), budget.
 # Returns [expired rows (JSON), dead rows (JSON), pruned count, more (1: a budget ran out)].
+# The jobs it dead-letters or prunes are announced on `<base>settled` (result waiters).
 SWEEP: Final = _script(
     "sweep",
     """
@@ -492,6 +496,10 @@ for _, id in ipairs(old) do
 end
 bulk('ZREM', K_DONE, old)
 signal(woken)
+local ended = {}
+for i = 2, #buried, 2 do ended[#ended + 1] = buried[i] end
+for _, id in ipairs(old) do ended[#ended + 1] = id end
+announce(ended)
 local more = 0
 if #ids >= budget or #old >= budget then more = 1 end
 return {encode(expired), encode(dead), #old, more}

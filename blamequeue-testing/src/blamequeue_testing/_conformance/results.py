@@ -139,6 +139,23 @@ class TestResults:
             await _in_background(conformance, lambda: q.result(job_id), lambda: q.tick(name, fail))
         assert info.value.code == "queue/job-failed"
 
+    async def test_a_waiter_learns_of_the_failure_when_the_sweep_dead_letters_the_job(
+        self, conformance: Conformance
+    ) -> None:
+        conformance.require_virtual_leases()
+        q, name = conformance.queue, conformance.name
+        job_id = await q.enqueue(name, None, max_attempts=1)
+        backend = q._runtimes[BACKEND].backend  # a worker that leased the job, then died
+        await backend.lease(name, limit=1, now=conformance.now(), lease_seconds=30)
+
+        async def expire() -> None:
+            conformance.advance(31)
+            await q.sweep()
+
+        with pytest.raises(JobFailedError) as info:
+            await _in_background(conformance, lambda: q.result(job_id), expire)
+        assert "lease expired" in info.value.message
+
     async def test_a_job_being_retried_has_no_result_yet(self, conformance: Conformance) -> None:
         q, name = conformance.queue, conformance.name
         job_id = await q.enqueue(name, None, max_attempts=3)
