@@ -39,6 +39,7 @@ EXTENSION_CODES = {
     "queue/inspection-unsupported",
     "queue/limits-unsupported",
     "queue/unique-unsupported",
+    "queue/results-unsupported",
 }
 
 

@@ -281,6 +281,20 @@ async def test_run_job_calls_a_plain_handler_with_a_sync_context(bq_fake: QueueF
     assert bq_fake.last_context.progress_updates == [(100.0, None)]
 
 
+async def test_run_job_hands_a_flow_child_the_dependency_results_it_is_given(
+    bq_fake: QueueFake,
+) -> None:
+    async def report(job: Job, ctx: Any) -> int:
+        results = await ctx.dependency_results()
+        return int(results["fetch"]["rows"]) + 1
+
+    def plain(job: Job, ctx: Any) -> dict[str, Any]:
+        return dict(ctx.dependency_results())
+
+    assert await bq_fake.run_job(report, None, dependency_results={"fetch": {"rows": 41}}) == 42
+    assert await bq_fake.run_job(plain, None) == {}
+
+
 async def test_context_checks_its_arguments_like_the_real_one(bq_fake: QueueFake) -> None:
     async def handler(job: Job, ctx: Any) -> None:
         await ctx.progress(150)

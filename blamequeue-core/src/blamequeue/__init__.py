@@ -27,6 +27,7 @@ from ._models import (
     TickResult,
     WorkerInfo,
 )
+from ._progress import JobEvent, Subscription
 from ._queue import Queue
 from .errors import QueueError
 from .hookspecs import hookimpl
@@ -49,6 +50,7 @@ __all__ = [
     "FlowStatus",
     "Job",
     "JobContext",
+    "JobEvent",
     "JobInfo",
     "JobPage",
     "JsonlAuditSink",
@@ -59,6 +61,7 @@ __all__ = [
     "QueueInfo",
     "RateLimit",
     "ScheduleBackoff",
+    "Subscription",
     "TickResult",
     "WorkerInfo",
     "__version__",

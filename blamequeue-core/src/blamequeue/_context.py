@@ -11,6 +11,8 @@ import attrs
 
 from ._clock import to_datetime
 from ._models import Job
+from ._progress import publish_progress
+from ._results import dependency_results
 from .errors import BadArgumentError
 
 if TYPE_CHECKING:
@@ -80,8 +82,16 @@ class JobContext:
         self._lease.lost = True
         return False
 
+    async def dependency_results(self) -> dict[str, Any]:
+        """The results of the jobs this flow job depends on: ``{child name: value}`` (``{}``
+        for a job outside a flow).  A dependency pruned after ``retain_done`` raises
+        ``queue/job-not-found``; one whose value JSON could not hold, ``queue/bad-payload``."""
+        return await dependency_results(self._runtime, self.job.id, self.job.flow_id)
+
     async def progress(self, percent: float, data: Any = None) -> None:
-        """Report progress (0..100).  Recorded in the audit trail, rate-limited."""
+        """Report progress (0..100): a live event to every ``Queue.subscribe`` of this job,
+        in any process (``data`` must be JSON-serialisable, else ``queue/bad-payload``), and
+        a rate-limited marker in the audit trail."""
         if (
             isinstance(percent, bool)
             or not isinstance(percent, int | float)
@@ -92,6 +102,7 @@ class JobContext:
                 f"progress(percent) must be between 0 and 100, got {percent!r}",
             )
         self._lease.progress = float(percent)
+        await publish_progress(self._runtime, self.job, percent, data)
         now = self._runtime.clock.now()
         if percent >= 100:
             if self._lease.completion_audited:
@@ -134,3 +145,6 @@ class SyncJobContext:
 
     def progress(self, percent: float, data: Any = None) -> None:
         anyio.from_thread.run(self._context.progress, percent, data)
+
+    def dependency_results(self) -> dict[str, Any]:
+        return anyio.from_thread.run(self._context.dependency_results)

@@ -19,6 +19,7 @@ from ._backoff import parse_backoff
 from ._clock import to_datetime
 from ._context import JobContext, LeaseState, SyncJobContext
 from ._models import DeadLetter, Job
+from ._results import encode_result
 from ._runtime import BackendRuntime
 from .abc import Lease, Settlement, StoredJob
 from .errors import QueueError
@@ -177,7 +178,7 @@ async def run_attempt(runtime: BackendRuntime, attempt: Attempt, handler: Handle
     context = JobContext(job, attempt.state, runtime)
     try:
         if _is_async(handler):
-            await handler(job, context)
+            value = await handler(job, context)
         else:
             call = functools.partial(_call_catching, handler, job, SyncJobContext(context))
             result, raised = await anyio.to_thread.run_sync(
@@ -187,18 +188,19 @@ async def run_attempt(runtime: BackendRuntime, attempt: Attempt, handler: Handle
                 # Handed over as a value: re-raised here, a GeneratorExit from the thread would
                 # be taken by asyncio as the end of this task.
                 return failure(runtime, attempt, describe_error(raised), raised)
-            if inspect.isawaitable(result):
-                await result
+            value = await result if inspect.isawaitable(result) else result
     except anyio.get_cancelled_exc_class():
         raise
     except BaseException as exc:
         return failure(runtime, attempt, describe_error(exc), exc)
+    keep = runtime.retain_done > 0
     return Settlement(
         job_id=attempt.job.id,
         token=attempt.lease.token,
         outcome="done",
         at=runtime.clock.now(),
-        keep=runtime.retain_done > 0,
+        keep=keep,
+        result=None if value is None or not keep else encode_result(runtime.codec, value, job.id),
     )
 
 

@@ -51,6 +51,8 @@ from ._models import (
 )
 from ._plugins import load_registry
 from ._presence import LIVE_FOR
+from ._progress import Subscription
+from ._results import check_timeout, require_results, wait_for_result
 from ._runtime import BackendRuntime, build_runtime
 from ._sealing import parse_seal_config
 from ._tick import run_tick
@@ -816,6 +818,47 @@ class Queue:
             "list_workers", lambda: runtime.backend.list_workers(alive_since=alive_since)
         )
         return [to_worker_info(runtime.name, record) for record in records]
+
+    # -- results and progress (SPEC §10) -----------------------------------------------------
+    async def result(
+        self, job_id: str, *, timeout: float | None = None, backend: str | None = None
+    ) -> Any:
+        """Wait for the job ``job_id`` to end and return its handler's return value.
+
+        Returns at once for a job already ``done`` (while the backend retains it,
+        ``retain_done``); otherwise waits, at most ``timeout`` seconds of the queue's clock
+        (``None``: no limit).  Raises ``queue/job-failed`` (:class:`~blamequeue.errors.
+        JobFailedError`, quoting the last error) for a job that ended in any other state
+        (``dead``, ``cancelled``), ``queue/result-timeout`` when the time runs out,
+        ``queue/job-not-found`` for an id the backend does not hold, ``queue/bad-payload``
+        when the handler returned a value JSON cannot hold (the job completed anyway), and
+        ``queue/results-unsupported`` on a backend that keeps no results (``sqs``).
+        """
+        runtime = self._runtime(backend)
+        check_job_id(job_id)
+        seconds = check_timeout(timeout)
+        require_results(runtime, "return job results")
+        return await wait_for_result(runtime, job_id, seconds)
+
+    def subscribe(
+        self, job_id: str, *, timeout: float | None = None, backend: str | None = None
+    ) -> Subscription:
+        """Live events of the job ``job_id``, from whichever process runs it::
+
+            async with queue.subscribe(job_id) as events:
+                async for event in events:  # JobEvent
+                    print(event.kind, event.percent, event.data)
+
+        Yields a ``progress`` event per ``ctx.progress(...)`` published after subscribing
+        (events are not stored: earlier ones are gone), then one ``finished`` event when the
+        job ends (at once if it already has), and stops.  Entering raises
+        ``queue/job-not-found`` for an unknown id; iterating raises ``queue/result-timeout``
+        once ``timeout`` seconds of the queue's clock pass (``None``: no limit).  Backends
+        without ``progress_events`` (``sqs``) refuse with ``queue/results-unsupported``.
+        """
+        runtime = self._runtime(backend)
+        check_job_id(job_id)
+        return Subscription(runtime, job_id, check_timeout(timeout))
 
     def list_backends(self) -> list[BackendStatus]:
         if not self._started:

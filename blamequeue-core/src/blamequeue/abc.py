@@ -43,8 +43,9 @@ never a read followed by a write in a second round trip.
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar, Literal, Protocol
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from typing import Any, ClassVar, Literal, Protocol, TypeVar
 
 import attrs
 
@@ -56,6 +57,7 @@ __all__ = [
     "JOB_STATES",
     "JobCursor",
     "JobState",
+    "JobWatch",
     "Lease",
     "LeaseLimits",
     "NewJob",
@@ -115,6 +117,12 @@ class Capabilities:
     * ``unique``: :meth:`Backend.enqueue_unique` works (unique jobs, ``enqueue(...,
       unique_key=...)``); without it the core refuses a unique key with
       ``queue/unique-unsupported``.
+    * ``results``: keeps a ``done`` job's result (:attr:`Settlement.result`) and hands it
+      back in :attr:`StoredJob.result` (needs ``inspection``: ``Queue.result`` reads it through
+      :meth:`Backend.get_job`).  :meth:`Backend.watch_job` may wake result waiters early.
+    * ``progress_events``: :meth:`Backend.publish_progress` reaches the
+      :meth:`Backend.watch_job` watches of every process sharing the store (live events, not
+      stored); ``Queue.subscribe`` needs it.
     * ``async_libraries``: the event loops it runs on.
     * ``global_rate_limit``: :meth:`Backend.lease_limited` honours ``LeaseLimits.rate_max``
       (a token bucket per queue kept in the store, shared by every process).
@@ -133,6 +141,8 @@ class Capabilities:
     ephemeral: bool = False
     inspection: bool = False
     unique: bool = False
+    results: bool = False
+    progress_events: bool = False
     async_libraries: frozenset[str] = frozenset({"asyncio", "trio"})
     global_rate_limit: bool = False
     group_limits: bool = False
@@ -194,6 +204,8 @@ class StoredJob:
     """When the job became ``done`` or ``dead``."""
     group_key: str | None = None
     """As enqueued (:attr:`NewJob.group_key`)."""
+    result: str | None = None
+    """The :attr:`Settlement.result` of its ``done`` settlement (``Capabilities.results``)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -249,6 +261,10 @@ class Settlement:
     at: float
     error: str | None = None
     keep: bool = True
+    result: str | None = None
+    """``done`` only: the handler's return value, encoded (and sealed) by the core, opaque to
+    the backend; ``None`` when the handler returned ``None``.  A backend with
+    ``Capabilities.results`` stores it with the kept ``done`` job, in the same atomic step."""
 
 
 @attrs.frozen(kw_only=True)
@@ -332,6 +348,52 @@ class JobCursor:
         """Whether the job at ``(state, seq)`` comes after this position in listing order."""
         rank, mine = JOB_STATES.index(state), JOB_STATES.index(self.state)
         return rank > mine or (rank == mine and seq > self.seq)
+
+
+T = TypeVar("T")
+
+
+class JobWatch:
+    """What :meth:`Backend.watch_job` yields: one waiter's view of one job's changes.
+
+    The core asks for the job's state with :meth:`Backend.get_job` after opening the watch, and
+    again each time :meth:`next_event` returns ``None``, so a backend may wake it spuriously and
+    may miss a change: the core falls back to polling at most every second.  This base class
+    only sleeps, on the queue's clock (the polling a backend without notifications gets).
+    """
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+
+    async def next_event(self, timeout: float) -> str | None:
+        """Wait at most ``timeout`` seconds of the queue's clock.
+
+        Return a progress event published for the job (the string given to
+        :meth:`Backend.publish_progress`, verbatim, each one once), or ``None`` when the job
+        may have changed state (settled) or the time passed.
+        """
+        await self.clock.sleep(timeout)
+        return None
+
+    async def first_of(self, timeout: float, wait: Callable[[], Awaitable[T]]) -> T | None:
+        """``await wait()``, or ``None`` once ``timeout`` seconds of the clock passed first:
+        a helper for subclasses whose store wakes them, so virtual clocks still drive them."""
+        import anyio
+
+        outcome: list[T] = []
+
+        async def run_wait() -> None:
+            outcome.append(await wait())
+            tg.cancel_scope.cancel()
+
+        async def run_clock() -> None:
+            await self.clock.sleep(timeout)
+            tg.cancel_scope.cancel()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run_wait)
+            tg.start_soon(run_clock)
+        return outcome[0] if outcome else None
 
 
 def _inspection_unsupported(backend: Backend, what: str) -> Exception:
@@ -479,6 +541,25 @@ class Backend(abc.ABC):
         import anyio
 
         await anyio.sleep(timeout)
+
+    # -- results and progress (only with Capabilities.results / progress_events) -------------
+    @contextlib.asynccontextmanager
+    async def watch_job(self, job_id: str) -> AsyncIterator[JobWatch]:
+        """Watch one job for ``Queue.result`` and ``Queue.subscribe``: subscribe to whatever
+        the store can tell about ``job_id`` (its settlement, its progress events) *before*
+        yielding, so nothing that happens after the core's next :meth:`get_job` is missed.
+
+        The default yields a plain :class:`JobWatch` (polling on the clock).  A backend that
+        can hear settlements (a notification published atomically with them) or progress
+        events yields its own subclass.  The watch ends when the context exits.
+        """
+        yield JobWatch(self.context.clock)
+
+    async def publish_progress(self, job_id: str, event: str, *, now: float) -> None:  # noqa: B027
+        """Deliver ``event`` (opaque text from the core) to every open :meth:`watch_job` of
+        ``job_id``, in any process, at most once each; never stored beyond a few seconds.
+        Best effort: a watch opened later does not see it.  Backends without
+        ``Capabilities.progress_events`` keep this default, which does nothing."""
 
     # -- inspecting and operating ---------------------------------------------------------
     @abc.abstractmethod

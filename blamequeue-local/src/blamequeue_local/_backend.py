@@ -11,11 +11,13 @@ boundary.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import secrets
 import sqlite3
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, ClassVar, Final, TypeVar, cast
 
 import anyio
@@ -28,6 +30,7 @@ from blamequeue.abc import (
     Capabilities,
     JobCursor,
     JobState,
+    JobWatch,
     Lease,
     LeaseLimits,
     NewJob,
@@ -137,6 +140,7 @@ def stored_job(row: Row) -> StoredJob:
         depends_on=tuple(json.loads(depends_on)) if depends_on else (),
         finished_at=None if finished_at is None else float(finished_at),
         group_key=row[17],
+        result=row[18],
     )
 
 
@@ -174,6 +178,8 @@ class LocalBackend(Backend):
         cross_process_wakeup=True,
         inspection=True,
         unique=True,
+        results=True,
+        progress_events=True,
         async_libraries=frozenset({"asyncio", "trio"}),
         global_rate_limit=True,
         group_limits=True,
@@ -454,7 +460,7 @@ class LocalBackend(Backend):
                 deletes.append([item.job_id, item.token, item.at])
                 continue
             error = None if item.error is None else _storable(item.error)
-            update = [item.job_id, item.token, item.outcome, item.at, error]
+            update = [item.job_id, item.token, item.outcome, item.at, error, item.result]
             (bound if error is not None and "\x00" in error else updates).append(update)
 
         applied: set[tuple[str, str]] = set()
@@ -463,7 +469,7 @@ class LocalBackend(Backend):
             applied.update((row[0], row[1]) for row in rows)
         # Rare: errors holding NUL characters, bound as parameters (each settlement is atomic
         # on its own, so these may take several statements).
-        per_statement = MAX_PARAMETERS // 5
+        per_statement = MAX_PARAMETERS // 6
         for start in range(0, len(bound), per_statement):
             chunk = bound[start : start + per_statement]
             params = [value for update in chunk for value in update]
@@ -516,6 +522,32 @@ class LocalBackend(Backend):
                     self._seen[queue] = current
                     return
                 await anyio.sleep(POLL_INTERVAL)
+
+    # -- results and progress ----------------------------------------------------------------
+    @contextlib.asynccontextmanager
+    async def watch_job(self, job_id: str) -> AsyncIterator[JobWatch]:
+        """Wakes on every commit to the database file (the WAL watch of :meth:`wait_for_work`),
+        by this process or another, and reads the job's new progress events from the events
+        table; a store with no file to watch is looked at every 20 ms."""
+        after = await self._count(self._sql.event_last, ())
+        yield _LocalWatch(self, job_id, after)
+
+    async def publish_progress(self, job_id: str, event: str, *, now: float) -> None:
+        await self._execute(self._sql.event_publish, (job_id, now, event))
+
+    async def _events_after(self, job_id: str, seq: int) -> list[Row]:
+        return await self._all(self._sql.event_read, (job_id, seq))
+
+    async def _commit_seen(self, baseline: Signature) -> Signature:
+        """Return the file signature once it differs from ``baseline`` (real time, polled
+        every 20 ms, like :meth:`wait_for_work`)."""
+        signature = self._signature
+        assert signature is not None
+        while True:
+            current = signature.read()
+            if current != baseline:
+                return current
+            await anyio.sleep(POLL_INTERVAL)
 
     # -- inspecting and operating ---------------------------------------------------------
     async def size(self, queue: str) -> int:
@@ -629,3 +661,36 @@ class LocalBackend(Backend):
             )
             for row in rows
         ]
+
+
+class _LocalWatch(JobWatch):
+    """One job's watch on the ``local`` backend: new commits wake it; its progress events
+    come from the events table, each read once (by ``seq``)."""
+
+    def __init__(self, backend: LocalBackend, job_id: str, after: int) -> None:
+        super().__init__(backend.context.clock)
+        self._backend = backend
+        self._job_id = job_id
+        self._after = after
+        self._events: deque[str | None] = deque()
+        signature = backend._signature
+        self._baseline: Signature | None = None if signature is None else signature.read()
+
+    async def next_event(self, timeout: float) -> str | None:
+        if not self._events:
+            baseline = self._baseline
+            if baseline is None:
+                # No file to watch (an in-memory or path-less store): look when the core's
+                # poll says so.
+                await self.clock.sleep(timeout)
+            else:
+                seen = await self.first_of(timeout, lambda: self._backend._commit_seen(baseline))
+                if seen is None:
+                    return None  # the time passed with no commit: nothing new
+                self._baseline = seen
+            for seq, event in await self._backend._events_after(self._job_id, self._after):
+                self._after = int(seq)
+                self._events.append(str(event))
+            # The same commits may have settled the job: the core looks once the events are out.
+            self._events.append(None)
+        return self._events.popleft()

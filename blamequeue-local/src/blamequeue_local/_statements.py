@@ -31,7 +31,7 @@ __all__ = [
 COLUMNS: Final = (
     "id, queue, state, payload, priority, attempts, max_attempts, created_at, available_at, "
     "classification, trace_id, last_error, meta, flow_id, finished_at, seq, depends_on, "
-    "group_key"
+    "group_key, result"
 )
 
 #: The columns of the worker registry, in the order of :class:`blamequeue.abc.WorkerRecord`.
@@ -62,7 +62,11 @@ ADDED_COLUMNS: Final = {
     "group_key": "TEXT",
     "unique_key": "TEXT",
     "unique_until": "REAL",
+    "result": "TEXT",
 }
+
+#: Seconds a progress event stays in the events table (only to reach current subscribers).
+EVENTS_KEPT: Final = 10.0
 
 _LIVE: Final = "('pending', 'inflight', 'parked')"
 _HOLDING: Final = "(" + ", ".join(f"'{state}'" for state in UNIQUE_HOLDING_STATES) + ")"
@@ -85,6 +89,7 @@ class Statements:
         t = f'{prefix}"{table}"'
         self.table = t
         w = self.workers = f'{prefix}"{table}_workers"'
+        e = self.events = f'{prefix}"{table}_events"'
 
         # ``seq`` (the rowid) is the enqueue order; ``id`` is the public job id.  payload,
         # last_error and meta are opaque text from the core, stored verbatim.  depends_on is
@@ -112,7 +117,8 @@ class Statements:
                 depends_on TEXT,
                 group_key TEXT,
                 unique_key TEXT,
-                unique_until REAL
+                unique_until REAL,
+                result TEXT
             )"""
         # The lease index's columns follow the lease ORDER BY, so taking the next N jobs is
         # an index range walk whatever the backlog; it also serves size() and purge().  The
@@ -174,6 +180,25 @@ class Statements:
                 succeeded INTEGER NOT NULL DEFAULT 0,
                 failed INTEGER NOT NULL DEFAULT 0
             )""",
+            # Live progress events (SPEC §10): written by a handler's ctx.progress, read by
+            # subscribers in any process (woken by the WAL watch), and pruned by the trigger
+            # below once EVENTS_KEPT seconds old: never a record, only a mailbox.
+            f"""
+            CREATE TABLE IF NOT EXISTS {e} (
+                seq INTEGER PRIMARY KEY,
+                job_id TEXT NOT NULL,
+                at REAL NOT NULL,
+                event TEXT NOT NULL
+            )""",
+            f'CREATE INDEX IF NOT EXISTS {prefix}"{table}_events_job_idx" '
+            f'ON "{table}_events" (job_id, seq)',
+            f'CREATE INDEX IF NOT EXISTS {prefix}"{table}_events_at_idx" ON "{table}_events" (at)',
+            f"""
+            CREATE TRIGGER IF NOT EXISTS {prefix}"{table}_events_prune"
+            AFTER INSERT ON "{table}_events" FOR EACH ROW
+            BEGIN
+                DELETE FROM "{table}_events" WHERE at < NEW.at - {EVENTS_KEPT};
+            END""",
         )
         # Migration of a table made by an earlier version: which columns it has.  Missing
         # columns are added after the CREATE TABLE and before everything else.
@@ -293,10 +318,10 @@ class Statements:
                 LIMIT ?5)
             RETURNING {COLUMNS}"""
 
-        # One JSON array per settlement: [id, token, outcome, at, error].
+        # One JSON array per settlement: [id, token, outcome, at, error, result].
         self.settle = self._settle(
             "SELECT value ->> 0 AS id, value ->> 1 AS token, value ->> 2 AS outcome, "
-            "value ->> 3 AS at, value ->> 4 AS error FROM json_each(?)"
+            "value ->> 3 AS at, value ->> 4 AS error, value ->> 5 AS result FROM json_each(?)"
         )
 
         # ``done`` without retention: [id, token] pairs, deleted under the same fence (flow
@@ -401,6 +426,13 @@ class Statements:
 
         self.worker_gone = f"DELETE FROM {w} WHERE id = ?1"
 
+        # -- progress events -------------------------------------------------------------------
+        # Params: job_id, at, event.
+        self.event_publish = f"INSERT INTO {e} (job_id, at, event) VALUES (?1, ?2, ?3)"
+        self.event_last = f"SELECT coalesce(max(seq), 0) FROM {e}"
+        # Params: job_id, after seq.
+        self.event_read = f"SELECT seq, event FROM {e} WHERE job_id = ?1 AND seq > ?2 ORDER BY seq"
+
         # Param: alive_since.  Records of workers that died without deregistering.
         self.workers_prune = f"DELETE FROM {w} WHERE heartbeat_at < ?1"
 
@@ -425,6 +457,7 @@ class Statements:
                                   ELSE t.last_error END,
                 attempts = CASE WHEN s.outcome = 'release' THEN max(t.attempts - 1, 0)
                                 ELSE t.attempts END,
+                result = CASE WHEN s.outcome = 'done' THEN s.result ELSE t.result END,
                 lease_expires_at = NULL
             FROM ({source}) AS s
             WHERE t.id = s.id AND t.lease_token = s.token AND t.state = 'inflight'
@@ -454,9 +487,9 @@ class Statements:
     # SQLite's JSON functions cut text at a NUL character, so the rare settlement whose error
     # holds one binds its values as plain parameters instead.
     def settle_bound(self, rows: int) -> str:
-        """:attr:`settle` for ``rows`` settlements bound as 5 parameters each."""
-        values = ", ".join(["(?, ?, ?, ?, ?)"] * rows)
+        """:attr:`settle` for ``rows`` settlements bound as 6 parameters each."""
+        values = ", ".join(["(?, ?, ?, ?, ?, ?)"] * rows)
         return self._settle(
             "SELECT column1 AS id, column2 AS token, column3 AS outcome, column4 AS at, "
-            f"column5 AS error FROM (VALUES {values})"
+            f"column5 AS error, column6 AS result FROM (VALUES {values})"
         )

@@ -10,14 +10,17 @@ redis-py exceptions are mapped to :class:`~blamequeue.errors.QueueError` here, a
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import math
 import secrets
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, ClassVar, Final, TypeVar, cast
 from urllib.parse import urlsplit, urlunsplit
 
 import anyio
+import anyio.lowlevel
 import anyio.to_thread
 
 from blamequeue.abc import (
@@ -27,6 +30,7 @@ from blamequeue.abc import (
     Capabilities,
     JobCursor,
     JobState,
+    JobWatch,
     Lease,
     LeaseLimits,
     NewJob,
@@ -66,6 +70,7 @@ from blamequeue_redis._scripts import (
 from blamequeue_redis._transport import (
     AsyncioTransport,
     ClientSettings,
+    Listener,
     ScriptCall,
     ThreadTransport,
     Transport,
@@ -74,6 +79,8 @@ from blamequeue_redis._transport import (
 )
 
 __all__ = ["RedisBackend"]
+
+log = logging.getLogger("blamequeue")
 
 T = TypeVar("T")
 
@@ -145,6 +152,7 @@ def _stored(queue: str, row: list[Any]) -> StoredJob:
         depends_on=tuple(deps.split(" ")) if deps else (),
         finished_at=float(finished) if finished else None,
         group_key=_opt(row[16]) if len(row) > 16 else None,
+        result=_opt(row[17]) if len(row) > 17 else None,
     )
 
 
@@ -225,6 +233,8 @@ class RedisBackend(Backend):
         requires_seal_key=True,
         inspection=True,
         unique=True,
+        results=True,
+        progress_events=True,
         async_libraries=frozenset({"asyncio", "trio"}),
         global_rate_limit=True,
         group_limits=True,
@@ -502,6 +512,7 @@ class RedisBackend(Backend):
                         repr(item.at),
                         False if item.error is None else _storable(item.error),
                         item.keep,
+                        False if item.result is None else item.result,
                     )
                 )
             calls.append(self._call(SETTLE, queue, (now, _dumps(items))))
@@ -570,6 +581,36 @@ class RedisBackend(Backend):
             return
         keys, _ = self._keys(queue)
         await self._guard(transport.wait(keys.signal, max(0.0, timeout)))
+
+    # -- results and progress ----------------------------------------------------------------
+    @contextlib.asynccontextmanager
+    async def watch_job(self, job_id: str) -> AsyncIterator[JobWatch]:
+        """Subscribes (a pub/sub connection of its own) to the job's events channel, where
+        ``ctx.progress`` publishes, and to its queue's ``settled`` channel, where the settle
+        script publishes the ids of the jobs that ended, atomically with their settlement."""
+        transport = self._require()
+        channels = [self._layout.events_prefix + job_id]
+        stored = await self.get_job(job_id)
+        if stored is not None:
+            channels.append(self._keys(stored.queue)[0].base + "settled")
+        try:
+            listener = await self._guard(transport.listen(channels))
+        except QueueError as exc:
+            if exc.retryable:
+                raise
+            # An ACL user without the events channels: results still work, by polling.
+            log.warning("%s: cannot subscribe to job events, polling instead: %s", self._where, exc)
+            yield JobWatch(self.context.clock)
+            return
+        try:
+            yield _RedisWatch(self.context.clock, job_id, listener, self._guard)
+        finally:
+            await listener.aclose()
+
+    async def publish_progress(self, job_id: str, event: str, *, now: float) -> None:
+        transport = self._require()
+        channel = self._layout.events_prefix + job_id
+        await self._guard(transport.command("PUBLISH", channel, "p" + event))
 
     # -- inspecting and operating ---------------------------------------------------------
     async def size(self, queue: str) -> int:
@@ -721,3 +762,35 @@ class RedisBackend(Backend):
             if worker.heartbeat_at >= alive_since:
                 workers.append(worker)
         return sorted(workers, key=lambda w: (w.queue, w.started_at, w.id))
+
+
+class _RedisWatch(JobWatch):
+    """Reads the job's events channel in short slices, so the queue's clock (virtual in tests)
+    decides when a wait ends."""
+
+    def __init__(
+        self,
+        clock: Any,
+        job_id: str,
+        listener: Listener,
+        guard: Callable[[Awaitable[Any]], Awaitable[Any]],
+    ) -> None:
+        super().__init__(clock)
+        self._job_id = job_id
+        self._listener = listener
+        self._guard = guard
+
+    async def next_event(self, timeout: float) -> str | None:
+        end = self.clock.now() + timeout
+        while (remaining := end - self.clock.now()) > 0:
+            message: tuple[str, str] | None = await self._guard(self._listener.get(remaining))
+            if message is None:
+                continue
+            channel, data = message
+            if channel.endswith(":settled"):
+                if self._job_id in data.split(" "):
+                    return None
+                continue
+            return data[1:]
+        await anyio.lowlevel.checkpoint()
+        return None

@@ -32,6 +32,11 @@ And one key for the whole prefix: ``{prefix}:queues``, a set of every queue name
 enqueued to, so a sweep (and an operation given only a job id) can visit every queue; and the
 worker registry, ``{<prefix>:workers}:records`` (hash: worker id -> record JSON) and
 ``{<prefix>:workers}:beats`` (zset: worker id scored by its last heartbeat), one fixed hash tag.
+
+Pub/sub (no key): ``B settled`` carries the space-separated ids of the jobs one settle call
+ended (``done`` or ``dead``), published by the settle script atomically with the settlement;
+``{prefix}:events:<job id>`` carries one job's progress events (``p<event>`` per
+``ctx.progress``).  ``Queue.result`` and ``Queue.subscribe`` waiters listen to both.
 """
 
 from __future__ import annotations
@@ -91,6 +96,11 @@ class KeyLayout:
     def registry(self) -> str:
         """The set of every queue name enqueued to under this prefix."""
         return f"{self.prefix}:queues"
+
+    @property
+    def events_prefix(self) -> str:
+        """The pub/sub channel of a job's live events is this plus its id."""
+        return f"{self.prefix}:events:"
 
     def queue(self, queue: str) -> QueueKeys:
         return QueueKeys(queue=queue, base=f"{self.prefix}:{{{hash_tag(queue)}}}:")

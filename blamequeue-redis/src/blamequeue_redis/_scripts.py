@@ -75,6 +75,7 @@ ROW_FIELDS: Final = (
     "finished_at",
     "seq",
     "group_key",
+    "result",
 )
 
 
@@ -96,7 +97,7 @@ _ROW_LUA = ", ".join(f"'{field}'" for field in ROW_FIELDS)
 # Helpers shared by every per-queue script.  f[i] below index ROW: 1 state, 2 payload,
 # 3 priority, 4 attempts, 5 max_attempts, 6 created_at, 7 available_at, 8 classification,
 # 9 trace_id, 10 last_error, 11 meta, 12 flow_id, 13 depends_on, 14 finished_at, 15 seq,
-# 16 group_key.
+# 16 group_key, 17 result.
 PRELUDE: Final = f"""
 local base = ARGV[1]
 -- KEYS[1] is the ready zset (it routes the call on a cluster); the queue's other keys share
@@ -210,6 +211,12 @@ end
 local function encode(rows)
   if #rows == 0 then return '' end
   return cjson.encode(rows)
+end
+
+-- Tell result waiters (pub/sub, channel `<base>settled`) which jobs just ended, one message
+-- per call.  pcall: a user the ACL denies channels still settles (waiters then poll).
+local function announce(ids)
+  if #ids > 0 then redis.pcall('PUBLISH', base .. 'settled', table.concat(ids, ' ')) end
 end
 
 -- Delete a job's hash and indexes (not its membership in the state zsets: callers do that).
@@ -370,7 +377,9 @@ return encode(out)
 )
 
 # ARGV: base, now, the settlements as one JSON array of [id, token, outcome, at, error (false:
-# none), keep (true/false)].  Returns one '1' (applied) or '0' (stale) per settlement.
+# none), keep (true/false), result (false: none)].  Returns one '1' (applied) or '0' (stale)
+# per settlement.  The ids of the jobs that ended (done or dead) are published, space-separated,
+# on the queue's channel `<base>settled` (one message per call), for result waiters.
 SETTLE: Final = _script(
     "settle",
     """
@@ -405,6 +414,8 @@ local function release(waiting, at)
   end
 end
 
+local ended = {}
+
 for j, item in ipairs(items) do
   local id, token, outcome, at, err, keep = item[1], item[2], item[3], item[4], item[5], item[6]
   local key = jkey(id)
@@ -424,6 +435,7 @@ for j, item in ipairs(items) do
       end
       if keep then
         redis.call('HSET', key, 'state', 'done', 'finished_at', at)
+        if type(item[7]) == 'string' then redis.call('HSET', key, 'result', item[7]) end
         move(id, f[5], 'inflight', 'done')
         done[#done + 1] = at
         done[#done + 1] = id
@@ -431,6 +443,7 @@ for j, item in ipairs(items) do
         delete_job(id, f[3])
       end
       if waiting then release(waiting, at) end
+      ended[#ended + 1] = id
     elseif outcome == 'dead' then
       redis.call('HSET', key, 'state', 'dead', 'finished_at', at)
       move(id, f[5], 'inflight', 'dead')
@@ -441,6 +454,7 @@ for j, item in ipairs(items) do
       end
       dead[#dead + 1] = at
       dead[#dead + 1] = id
+      ended[#ended + 1] = id
     elseif outcome == 'retry' then
       redis.call('HSET', key, 'state', 'pending', 'available_at', at)
       move(id, f[5], 'inflight', 'pending')
@@ -465,6 +479,7 @@ bulk('ZADD', K_DONE, done)
 bulk('ZADD', K_DEAD, dead)
 flush()
 signal(woken)
+announce(ended)
 return table.concat(res)
 """,
 )
@@ -493,6 +508,7 @@ return table.concat(res)
 
 # ARGV: base, now, expired_error, cutoff (prune done jobs finished before it), budget.
 # Returns [expired rows (JSON), dead rows (JSON), pruned count, more (1: a budget ran out)].
+# The jobs it dead-letters or prunes are announced on `<base>settled` (result waiters).
 SWEEP: Final = _script(
     "sweep",
     """
@@ -530,6 +546,10 @@ for _, id in ipairs(old) do
 end
 bulk('ZREM', K_DONE, old)
 signal(woken)
+local ended = {}
+for i = 2, #buried, 2 do ended[#ended + 1] = buried[i] end
+for _, id in ipairs(old) do ended[#ended + 1] = id end
+announce(ended)
 local more = 0
 if #ids >= budget or #old >= budget then more = 1 end
 return {encode(expired), encode(dead), #old, more}

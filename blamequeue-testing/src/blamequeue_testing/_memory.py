@@ -22,12 +22,14 @@ store, like several workers on one database; without it each backend has a priva
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import itertools
 import math
 import secrets
 import threading
-from collections.abc import Mapping, Sequence
+from collections import deque
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, ClassVar
 
 import anyio
@@ -41,6 +43,7 @@ from blamequeue.abc import (
     Capabilities,
     JobCursor,
     JobState,
+    JobWatch,
     Lease,
     LeaseLimits,
     NewJob,
@@ -79,6 +82,7 @@ class _Row:
         "payload",
         "priority",
         "queue",
+        "result",
         "seq",
         "state",
         "token",
@@ -106,6 +110,7 @@ class _Row:
         self.depends_on = tuple(job.depends_on)
         self.group_key = job.group_key
         self.finished_at: float | None = None
+        self.result: str | None = None
         self.token: str | None = None
         self.expires_at = 0.0
         self.seq = seq  # enqueue order: the last tie-breaker of leasing order
@@ -133,6 +138,7 @@ class _Row:
             depends_on=self.depends_on,
             finished_at=self.finished_at,
             group_key=self.group_key,
+            result=self.result,
         )
 
 
@@ -158,6 +164,25 @@ class _QueueIndex:
         self.horizon = float("-inf")
 
 
+class _MemoryWatch(JobWatch):
+    """A watch on one job: settlements and progress events pushed by the store, in order."""
+
+    def __init__(self, clock: Any) -> None:
+        super().__init__(clock)
+        self.events: deque[str | None] = deque()
+        self.signal = anyio.Event()
+
+    def push(self, event: str | None) -> None:
+        self.events.append(event)
+        self.signal.set()
+
+    async def next_event(self, timeout: float) -> str | None:
+        if not self.events:
+            self.signal = anyio.Event()
+            await self.first_of(timeout, self.signal.wait)
+        return self.events.popleft() if self.events else None
+
+
 class _Store:
     """The jobs of one backend, or of every backend sharing a namespace."""
 
@@ -178,6 +203,12 @@ class _Store:
         # Unique jobs: (queue, key) -> the last job that took the key.  Whether it still
         # holds it is decided when asked (holder()), so no transition has to release keys.
         self.unique: dict[tuple[str, str], _Row] = {}
+        self.watches: dict[str, set[_MemoryWatch]] = {}  # open watch_job()s, by job id
+
+    def tell(self, job_id: str, event: str | None) -> None:
+        """Push ``event`` (``None``: the job changed state) to the watches of ``job_id``."""
+        for watch in self.watches.get(job_id, ()):
+            watch.push(event)
 
     def index(self, queue: str) -> _QueueIndex:
         index = self.queues.get(queue)
@@ -192,6 +223,8 @@ class _Store:
         counts[state] += 1
         row.state = state
         row.version += 1
+        if self.watches and state in ("done", "dead"):
+            self.tell(row.id, None)
 
     def pend(self, row: _Row) -> None:
         """File a row that is now ``pending`` (its version already bumped) in a heap."""
@@ -223,6 +256,8 @@ class _Store:
         del self.jobs[row.id]
         row.version += 1  # every heap entry of this row is now stale
         row.token = None
+        if self.watches:
+            self.tell(row.id, None)
         if row.flow_id is not None:
             members = self.flows.get(row.flow_id)
             if members is not None:
@@ -341,6 +376,8 @@ class MemoryBackend(Backend):
         global_rate_limit=True,
         group_limits=True,
         unique=True,
+        results=True,
+        progress_events=True,
     )
 
     def __init__(self, options: Mapping[str, Any], context: BackendContext) -> None:
@@ -504,6 +541,7 @@ class MemoryBackend(Backend):
                 if outcome == "done":
                     waiting = store.dependants.pop(row.id, None)
                     row.finished_at = item.at
+                    row.result = item.result
                     if item.keep:
                         store.move(row, "done")
                         heapq.heappush(store.retained, (item.at, row.seq, row.version, row))
@@ -609,6 +647,30 @@ class MemoryBackend(Backend):
                 tg.cancel_scope.cancel()
         finally:
             waiters.discard(event)
+
+    # -- results and progress ----------------------------------------------------------------
+    @contextlib.asynccontextmanager
+    async def watch_job(self, job_id: str) -> AsyncIterator[JobWatch]:
+        """Settlements and progress events of ``job_id`` pushed by this store (also from
+        backends sharing its namespace); time runs on the queue's clock."""
+        watch = _MemoryWatch(self.context.clock)
+        store = self._store
+        with store.lock:
+            store.watches.setdefault(job_id, set()).add(watch)
+        try:
+            yield watch
+        finally:
+            with store.lock:
+                watches = store.watches.get(job_id)
+                if watches is not None:
+                    watches.discard(watch)
+                    if not watches:
+                        del store.watches[job_id]
+
+    async def publish_progress(self, job_id: str, event: str, *, now: float) -> None:
+        await anyio.lowlevel.checkpoint()
+        with self._store.lock:
+            self._store.tell(job_id, event)
 
     # -- inspecting and operating ---------------------------------------------------------
     async def size(self, queue: str) -> int:

@@ -71,6 +71,12 @@ from ._conformance.limits import (
     TestWithoutLimits,
 )
 from ._conformance.ordering import TestDelay, TestOrdering
+from ._conformance.results import (
+    TestFlowResults,
+    TestProgressEvents,
+    TestResults,
+    TestWithoutResults,
+)
 from ._conformance.retention import TestRetention
 from ._conformance.sealing_audit import TestAuditTrail, TestSealing, TestSealKeyFile
 from ._conformance.shutdown import TestShutdown
@@ -92,6 +98,7 @@ __all__ = [
     "TestDelay",
     "TestEnqueue",
     "TestExtendLease",
+    "TestFlowResults",
     "TestFlowValidation",
     "TestFlows",
     "TestGetJob",
@@ -105,9 +112,11 @@ __all__ = [
     "TestLimitArguments",
     "TestListJobs",
     "TestOrdering",
+    "TestProgressEvents",
     "TestPurge",
     "TestQueueCounts",
     "TestRateLimit",
+    "TestResults",
     "TestRetention",
     "TestSealKeyFile",
     "TestSealing",
@@ -122,6 +131,7 @@ __all__ = [
     "TestWithoutInspection",
     "TestWithoutLimits",
     "TestWithoutUniqueJobs",
+    "TestWithoutResults",
     "TestWorkers",
     "anyio_backend",
     "conformance",
