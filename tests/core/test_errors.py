@@ -35,7 +35,7 @@ SPEC_CODES = {
     "queue/result-timeout",
 }
 # Codes beyond SPEC §2's list, each for a case the list has no word for.
-EXTENSION_CODES = {"queue/inspection-unsupported"}
+EXTENSION_CODES = {"queue/inspection-unsupported", "queue/cancel-unsupported"}
 
 
 def test_the_codes_are_the_specified_set_plus_documented_extensions() -> None:

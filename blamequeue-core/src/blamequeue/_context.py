@@ -31,6 +31,8 @@ class LeaseState:
     token: str
     expires_at: float
     lost: bool = False
+    cancelled: bool = False
+    """The job was cancelled (``Queue.cancel``) while this lease held it."""
     progress: float = 0.0
     last_progress_audit: float = -math.inf
     completion_audited: bool = False
@@ -53,6 +55,12 @@ class JobContext:
         """True once the backend said another worker owns this job (the result will be
         counted ``stale``, not applied)."""
         return self._lease.lost
+
+    @property
+    def cancelled(self) -> bool:
+        """True once the worker learnt that the job was cancelled (``Queue.cancel``).  An async
+        handler is cancelled then; a plain ``def`` handler cannot be and may check this."""
+        return self._lease.cancelled
 
     async def extend_lease(self, seconds: float) -> bool:
         """Keep the job ``seconds`` longer than its lease currently runs (at least ``seconds``
@@ -78,6 +86,8 @@ class JobContext:
             self._lease.expires_at = target
             return True
         self._lease.lost = True
+        if held and held[0] is None:
+            self._lease.cancelled = True
         return False
 
     async def progress(self, percent: float, data: Any = None) -> None:
@@ -128,6 +138,10 @@ class SyncJobContext:
     @property
     def lease_lost(self) -> bool:
         return self._context.lease_lost
+
+    @property
+    def cancelled(self) -> bool:
+        return self._context.cancelled
 
     def extend_lease(self, seconds: float) -> bool:
         return anyio.from_thread.run(self._context.extend_lease, seconds)

@@ -16,6 +16,7 @@ from anyio.abc import TaskGroup
 
 from ._audit import Auditor, AuditSink, registered_sinks
 from ._backoff import parse_backoff
+from ._cancellation import cancel_job
 from ._clock import SystemClock
 from ._consumer import Consumer
 from ._environment import config_from_env
@@ -53,6 +54,7 @@ from ._presence import LIVE_FOR
 from ._runtime import BackendRuntime, build_runtime
 from ._sealing import parse_seal_config
 from ._tick import run_tick
+from ._timeouts import TIMEOUT_KEY
 from ._validation import (
     check_callable,
     check_delay,
@@ -317,6 +319,7 @@ class Queue:
         classification: Any,
         trace_id: Any,
         backoff: Any,
+        timeout: Any = None,
     ) -> list[NewJob]:
         check_queue_name(queue_name)
         priority = check_priority(priority)
@@ -336,9 +339,12 @@ class Queue:
                 "queue/bad-argument",
                 f"backend {runtime.name!r} (protocol {runtime.protocol!r}) cannot delay jobs",
             )
-        meta = None
+        extra: dict[str, Any] = {}
         if backoff is not None:
-            meta = json.dumps({"backoff": parse_backoff(backoff).to_spec()})
+            extra["backoff"] = parse_backoff(backoff).to_spec()
+        if timeout is not None:
+            extra[TIMEOUT_KEY] = check_positive_seconds(timeout, "timeout")
+        meta = json.dumps(extra) if extra else None
         now = self._clock.now()
         encode = runtime.codec.encode_payload
         return [
@@ -370,8 +376,14 @@ class Queue:
         classification: str | None = None,
         trace_id: str | None = None,
         backoff: Any = None,
+        timeout: float | None = None,
     ) -> str:
-        """Durably hand a job over and return its id.  Returns before any worker runs it."""
+        """Durably hand a job over and return its id.  Returns before any worker runs it.
+
+        ``timeout``: seconds (positive, finite) a handler may run on this job; past it the
+        handler is cancelled and the attempt fails with a last error starting ``"timeout:"``
+        (retried with backoff, or dead-lettered when no attempts remain).
+        """
         runtime = self._runtime(backend)
         jobs = self._build_jobs(
             runtime,
@@ -383,6 +395,7 @@ class Queue:
             classification=classification,
             trace_id=trace_id,
             backoff=backoff,
+            timeout=timeout,
         )
         await runtime.call("enqueue", lambda: runtime.backend.enqueue(jobs))
         runtime.notify(queue_name)
@@ -400,6 +413,7 @@ class Queue:
         classification: str | None = None,
         trace_id: str | None = None,
         backoff: Any = None,
+        timeout: float | None = None,
     ) -> list[str]:
         """Enqueue every payload in one round trip (all or none); ids in the same order."""
         runtime = self._runtime(backend)
@@ -419,6 +433,7 @@ class Queue:
             classification=classification,
             trace_id=trace_id,
             backoff=backoff,
+            timeout=timeout,
         )
         if not jobs:
             return []
@@ -676,6 +691,25 @@ class Queue:
         runtime.notify(stored.queue)
         return True
 
+    async def cancel(self, job_id: str, *, backend: str | None = None) -> bool:
+        """Cancel the job ``job_id``: it ends in the terminal state ``cancelled``.
+
+        A pending (also delayed or parked) job is removed from the queue at once.  A running
+        one is ``cancelled`` at once too, and its lease fenced; the worker running it learns
+        of it at its next heartbeat (every ``lease / 3`` seconds) and cancels the handler (a
+        plain ``def`` handler is abandoned in its thread).  A handler that finishes before
+        its worker hears of it changes nothing: the job stays ``cancelled`` (its side effects
+        may have happened).  Cancelled jobs are kept and pruned like ``done`` ones
+        (``retain_done``); flow children waiting on a cancelled job stay ``parked``, as
+        behind a dead one.
+
+        Returns True when this call cancelled the job, False when it had already finished
+        (done, dead or cancelled).  An unknown id raises ``queue/job-not-found``; a backend
+        that cannot cancel by id (``sqs``) raises ``queue/cancel-unsupported``.  Audit event
+        ``system.job.cancelled``.
+        """
+        return await cancel_job(self._runtime(backend), job_id)
+
     async def dlq_size(self, queue_name: str, *, backend: str | None = None) -> int:
         runtime = self._dlq_runtime(backend)
         check_queue_name(queue_name)
@@ -722,8 +756,8 @@ class Queue:
         cursor: str | None = None,
         backend: str | None = None,
     ) -> JobPage:
-        """One page of the queue's jobs, by state (pending, inflight, parked, done, dead) then
-        enqueue order; ``state`` keeps one state only.
+        """One page of the queue's jobs, by state (pending, inflight, parked, done, dead,
+        cancelled) then enqueue order; ``state`` keeps one state only.
 
         Pass ``page.next_cursor`` as ``cursor`` for the next page (``None``: last page).  A
         job that changes state between two pages may be missed or seen twice.  ``state`` not

@@ -13,7 +13,7 @@ The tree::
     ├── FlowError (ValueError)         queue/bad-flow, queue/flow-cycle, queue/flow-unknown-dep
     ├── NotFoundError (LookupError)    queue/unknown-backend, queue/unknown-job, queue/job-not-found
     ├── UnsupportedError               queue/dlq-unsupported, queue/flow-unsupported,
-    │                                  queue/inspection-unsupported
+    │                                  queue/inspection-unsupported, queue/cancel-unsupported
     ├── BackendUnavailableError        queue/backend-unavailable (retryable)
     ├── ResultTimeoutError (TimeoutError)  queue/result-timeout
     └── QueueError itself              queue/not-initialized, queue/unseal-failed, queue/job-failed
@@ -46,6 +46,7 @@ ErrorCode = Literal[
     "queue/deferred-protocol",
     "queue/dlq-unsupported",
     "queue/inspection-unsupported",
+    "queue/cancel-unsupported",
     "queue/bad-flow",
     "queue/flow-cycle",
     "queue/flow-unknown-dep",

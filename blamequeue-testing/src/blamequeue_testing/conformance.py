@@ -36,6 +36,7 @@ from ._conformance.arguments import TestBadInput, TestLifecycleErrors
 from ._conformance.audit import TestAudit
 from ._conformance.backends import TestBackendStatus
 from ._conformance.backoff import TestBackoff
+from ._conformance.cancellation import TestCancel, TestCancelRunning, TestWithoutCancel
 from ._conformance.consume import TestConsume, TestConsumerConcurrency, TestRateLimit
 from ._conformance.dead_letters import TestDeadLetterQueue, TestWithoutDeadLetterQueue
 from ._conformance.fixtures import (
@@ -70,6 +71,7 @@ from ._conformance.sealing_audit import TestAuditTrail, TestSealing, TestSealKey
 from ._conformance.shutdown import TestShutdown
 from ._conformance.size_and_purge import TestPurge, TestSize
 from ._conformance.tick import TestTick
+from ._conformance.timeouts import TestTimeouts
 
 __all__ = [
     "AuditRecorder",
@@ -79,6 +81,8 @@ __all__ = [
     "TestBackendStatus",
     "TestBackoff",
     "TestBadInput",
+    "TestCancel",
+    "TestCancelRunning",
     "TestConsume",
     "TestConsumerConcurrency",
     "TestDeadLetterQueue",
@@ -105,6 +109,8 @@ __all__ = [
     "TestSize",
     "TestSweep",
     "TestTick",
+    "TestTimeouts",
+    "TestWithoutCancel",
     "TestWithoutDeadLetterQueue",
     "TestWithoutFlows",
     "TestWithoutInspection",
