@@ -82,6 +82,7 @@ async def test_a_call_the_real_method_would_not_accept_is_a_type_error(
         ({"delay": -1}, "queue/bad-argument"),
         ({"priority": 1.5}, "queue/bad-argument"),
         ({"max_attempts": 0}, "queue/bad-argument"),
+        ({"timeout": 0}, "queue/bad-argument"),
     ],
 )
 async def test_bad_arguments_are_refused_like_the_real_enqueue(

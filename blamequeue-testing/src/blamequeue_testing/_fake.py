@@ -32,6 +32,7 @@ from blamequeue._validation import (
     check_delay,
     check_max_attempts,
     check_optional_str,
+    check_positive_seconds,
     check_priority,
     check_queue_name,
 )
@@ -113,6 +114,8 @@ def _check_call(queue_name: Any, options: Mapping[str, Any]) -> None:
             check_optional_str(options[key], key)
     if options.get("backoff") is not None:
         parse_backoff(options["backoff"])
+    if options.get("timeout") is not None:
+        check_positive_seconds(options["timeout"], "timeout")
 
 
 class _ContextRecords:
