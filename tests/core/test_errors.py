@@ -40,6 +40,7 @@ EXTENSION_CODES = {
     "queue/limits-unsupported",
     "queue/unique-unsupported",
     "queue/results-unsupported",
+    "queue/cancel-unsupported",
 }
 
 

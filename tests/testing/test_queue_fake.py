@@ -84,6 +84,7 @@ async def test_a_call_the_real_method_would_not_accept_is_a_type_error(
         ({"max_attempts": 0}, "queue/bad-argument"),
         ({"unique_key": ""}, "queue/bad-argument"),
         ({"unique_for": 60}, "queue/bad-argument"),
+        ({"timeout": 0}, "queue/bad-argument"),
     ],
 )
 async def test_bad_arguments_are_refused_like_the_real_enqueue(

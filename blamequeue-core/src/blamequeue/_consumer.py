@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 import anyio
 import attrs
 
+from ._cancellation import stop_cancelled
 from ._execution import Attempt, Handler, SettleCounts, release, run_attempt, settle
 from ._limits import lease_call
 from ._models import RateLimit
@@ -317,7 +318,11 @@ class Consumer:
             self.stats.add(counts)
             self._held -= 1
             raise
-        if attempt.settlement is None:
+        if attempt.state.cancelled:
+            # Queue.cancel already ended the job in the store; its lease settles nothing.
+            attempt.settlement = None
+            self.stats.stale += 1
+        elif attempt.settlement is None:
             # Cancelled at shutdown: give the job back now rather than after its lease.
             attempt.settlement = release(self._runtime, attempt)
         self._to_settle.append(attempt)
@@ -362,5 +367,8 @@ class Consumer:
             for attempt, ok in zip(attempts, held, strict=True):
                 if ok:
                     attempt.state.expires_at = target
+                elif ok is None:
+                    running = self._running.get(attempt.job.id)
+                    stop_cancelled(attempt.state, running[1] if running else None)
                 else:
                     attempt.state.lost = True

@@ -33,6 +33,8 @@ class LeaseState:
     token: str
     expires_at: float
     lost: bool = False
+    cancelled: bool = False
+    """The job was cancelled (``Queue.cancel``) while this lease held it."""
     progress: float = 0.0
     last_progress_audit: float = -math.inf
     completion_audited: bool = False
@@ -55,6 +57,12 @@ class JobContext:
         """True once the backend said another worker owns this job (the result will be
         counted ``stale``, not applied)."""
         return self._lease.lost
+
+    @property
+    def cancelled(self) -> bool:
+        """True once the worker learnt that the job was cancelled (``Queue.cancel``).  An async
+        handler is cancelled then; a plain ``def`` handler cannot be and may check this."""
+        return self._lease.cancelled
 
     async def extend_lease(self, seconds: float) -> bool:
         """Keep the job ``seconds`` longer than its lease currently runs (at least ``seconds``
@@ -80,6 +88,8 @@ class JobContext:
             self._lease.expires_at = target
             return True
         self._lease.lost = True
+        if held and held[0] is None:
+            self._lease.cancelled = True
         return False
 
     async def dependency_results(self) -> dict[str, Any]:
@@ -139,6 +149,10 @@ class SyncJobContext:
     @property
     def lease_lost(self) -> bool:
         return self._context.lease_lost
+
+    @property
+    def cancelled(self) -> bool:
+        return self._context.cancelled
 
     def extend_lease(self, seconds: float) -> bool:
         return anyio.from_thread.run(self._context.extend_lease, seconds)

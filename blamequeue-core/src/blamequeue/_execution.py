@@ -21,6 +21,7 @@ from ._context import JobContext, LeaseState, SyncJobContext
 from ._models import DeadLetter, Job
 from ._results import encode_result
 from ._runtime import BackendRuntime
+from ._timeouts import run_within, timeout_error, timeout_of
 from .abc import Lease, Settlement, StoredJob
 from .errors import QueueError
 
@@ -161,8 +162,23 @@ def release(runtime: BackendRuntime, attempt: Attempt) -> Settlement:
 async def run_attempt(runtime: BackendRuntime, attempt: Attempt, handler: Handler) -> Settlement:
     """Run the handler once and return the settlement to apply.
 
-    Cancellation is not caught here: the caller decides (shutdown releases the job).
+    A job enqueued with a ``timeout`` is cancelled once it runs longer (on the queue's clock)
+    and fails like a raising handler.  Cancellation from outside is not caught here: the
+    caller decides (shutdown releases the job).
     """
+    seconds = timeout_of(_meta(attempt.job))
+    if seconds is None:
+        return await _run_handler(runtime, attempt, handler)
+    expired, settlement = await run_within(
+        runtime.clock, seconds, lambda: _run_handler(runtime, attempt, handler)
+    )
+    if expired or settlement is None:
+        # A thread handler is abandoned, not stopped: whatever it returns later is dropped.
+        return failure(runtime, attempt, timeout_error(seconds))
+    return settlement
+
+
+async def _run_handler(runtime: BackendRuntime, attempt: Attempt, handler: Handler) -> Settlement:
     try:
         job = to_job(runtime, attempt.job)
     except QueueError as exc:

@@ -62,11 +62,12 @@ class JobInfo:
     job: Job
     state: JobState
     """``pending`` (delayed ones too), ``inflight``, ``parked`` (a flow child waiting for its
-    dependencies), ``done`` (kept ``retain_done`` seconds) or ``dead`` (in the DLQ)."""
+    dependencies), ``done`` (kept ``retain_done`` seconds), ``dead`` (in the DLQ) or
+    ``cancelled`` (by :meth:`Queue.cancel`; kept like ``done``)."""
     backend: str
     """The name of the backend holding it."""
     finished_at: datetime | None = None
-    """When it became ``done`` or ``dead``."""
+    """When it became ``done``, ``dead`` or ``cancelled``."""
     depends_on: tuple[str, ...] = ()
     """Ids of the flow siblings it waits for."""
     payload_error: str | None = None
@@ -93,6 +94,7 @@ class QueueInfo:
     parked: int = 0
     done: int = 0
     dead: int = 0
+    cancelled: int = 0
 
     @property
     def size(self) -> int:
@@ -244,8 +246,8 @@ class FlowChildStatus:
     name: str
     job_id: str
     state: JobState
-    """``parked`` (waiting for its dependencies), ``pending``, ``inflight``, ``done`` or
-    ``dead``."""
+    """``parked`` (waiting for its dependencies), ``pending``, ``inflight``, ``done``,
+    ``dead`` or ``cancelled``."""
 
 
 @attrs.frozen(kw_only=True)

@@ -16,6 +16,7 @@ from anyio.abc import TaskGroup
 
 from ._audit import Auditor, AuditSink, registered_sinks
 from ._backoff import parse_backoff
+from ._cancellation import cancel_job
 from ._clock import SystemClock
 from ._consumer import Consumer
 from ._environment import config_from_env
@@ -56,6 +57,7 @@ from ._results import check_timeout, require_results, wait_for_result
 from ._runtime import BackendRuntime, build_runtime
 from ._sealing import parse_seal_config
 from ._tick import run_tick
+from ._timeouts import TIMEOUT_KEY
 from ._uniqueness import enqueue_unique, refuse_in_batch, unique_claim
 from ._validation import (
     check_callable,
@@ -322,6 +324,7 @@ class Queue:
         trace_id: Any,
         backoff: Any,
         group_key: Any = None,
+        timeout: Any = None,
     ) -> list[NewJob]:
         check_queue_name(queue_name)
         priority = check_priority(priority)
@@ -342,9 +345,12 @@ class Queue:
                 "queue/bad-argument",
                 f"backend {runtime.name!r} (protocol {runtime.protocol!r}) cannot delay jobs",
             )
-        meta = None
+        extra: dict[str, Any] = {}
         if backoff is not None:
-            meta = json.dumps({"backoff": parse_backoff(backoff).to_spec()})
+            extra["backoff"] = parse_backoff(backoff).to_spec()
+        if timeout is not None:
+            extra[TIMEOUT_KEY] = check_positive_seconds(timeout, "timeout")
+        meta = json.dumps(extra) if extra else None
         now = self._clock.now()
         encode = runtime.codec.encode_payload
         return [
@@ -380,6 +386,7 @@ class Queue:
         group_key: str | None = None,
         unique_key: str | None = None,
         unique_for: float | None = None,
+        timeout: float | None = None,
     ) -> str:
         """Durably hand a job over and return its id.  Returns before any worker runs it.
 
@@ -391,6 +398,10 @@ class Queue:
         held until that job leaves those states or ``unique_for`` seconds (``None``: no limit)
         after its enqueue, whichever comes first.  A backend without the ``unique`` capability
         refuses with ``queue/unique-unsupported``.
+
+        ``timeout``: seconds (positive, finite) a handler may run on this job; past it the
+        handler is cancelled and the attempt fails with a last error starting ``"timeout:"``
+        (retried with backoff, or dead-lettered when no attempts remain).
         """
         runtime = self._runtime(backend)
         claim = unique_claim(unique_key, unique_for)
@@ -405,6 +416,7 @@ class Queue:
             trace_id=trace_id,
             backoff=backoff,
             group_key=group_key,
+            timeout=timeout,
         )
         if claim is not None:
             job_id = await enqueue_unique(runtime, jobs[0], claim)
@@ -429,6 +441,7 @@ class Queue:
         group_key: str | None = None,
         unique_key: str | None = None,
         unique_for: float | None = None,
+        timeout: float | None = None,
     ) -> list[str]:
         """Enqueue every payload in one round trip (all or none); ids in the same order.
 
@@ -454,6 +467,7 @@ class Queue:
             trace_id=trace_id,
             backoff=backoff,
             group_key=group_key,
+            timeout=timeout,
         )
         if not jobs:
             return []
@@ -735,6 +749,25 @@ class Queue:
         runtime.notify(stored.queue)
         return True
 
+    async def cancel(self, job_id: str, *, backend: str | None = None) -> bool:
+        """Cancel the job ``job_id``: it ends in the terminal state ``cancelled``.
+
+        A pending (also delayed or parked) job is removed from the queue at once.  A running
+        one is ``cancelled`` at once too, and its lease fenced; the worker running it learns
+        of it at its next heartbeat (every ``lease / 3`` seconds) and cancels the handler (a
+        plain ``def`` handler is abandoned in its thread).  A handler that finishes before
+        its worker hears of it changes nothing: the job stays ``cancelled`` (its side effects
+        may have happened).  Cancelled jobs are kept and pruned like ``done`` ones
+        (``retain_done``); flow children waiting on a cancelled job stay ``parked``, as
+        behind a dead one.
+
+        Returns True when this call cancelled the job, False when it had already finished
+        (done, dead or cancelled).  An unknown id raises ``queue/job-not-found``; a backend
+        that cannot cancel by id (``sqs``) raises ``queue/cancel-unsupported``.  Audit event
+        ``system.job.cancelled``.
+        """
+        return await cancel_job(self._runtime(backend), job_id)
+
     async def dlq_size(self, queue_name: str, *, backend: str | None = None) -> int:
         runtime = self._dlq_runtime(backend)
         check_queue_name(queue_name)
@@ -781,8 +814,8 @@ class Queue:
         cursor: str | None = None,
         backend: str | None = None,
     ) -> JobPage:
-        """One page of the queue's jobs, by state (pending, inflight, parked, done, dead) then
-        enqueue order; ``state`` keeps one state only.
+        """One page of the queue's jobs, by state (pending, inflight, parked, done, dead,
+        cancelled) then enqueue order; ``state`` keeps one state only.
 
         Pass ``page.next_cursor`` as ``cursor`` for the next page (``None``: last page).  A
         job that changes state between two pages may be missed or seen twice.  ``state`` not

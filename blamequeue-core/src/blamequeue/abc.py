@@ -52,6 +52,7 @@ import attrs
 __all__ = [
     "Backend",
     "BackendContext",
+    "CancelOutcome",
     "Capabilities",
     "Clock",
     "JOB_STATES",
@@ -69,11 +70,11 @@ __all__ = [
     "WorkerRecord",
 ]
 
-JobState = Literal["pending", "inflight", "done", "dead", "parked"]
+JobState = Literal["pending", "inflight", "done", "dead", "parked", "cancelled"]
 Outcome = Literal["done", "retry", "dead", "release"]
 
 #: Every state, in the order :meth:`Backend.list_jobs` lists them (a job's lifecycle order).
-JOB_STATES: tuple[JobState, ...] = ("pending", "inflight", "parked", "done", "dead")
+JOB_STATES: tuple[JobState, ...] = ("pending", "inflight", "parked", "done", "dead", "cancelled")
 
 #: The states in which a job holds its unique key (:meth:`Backend.enqueue_unique`): waiting to
 #: run (delayed and between retries included) or running.  A state added later in which a job
@@ -123,6 +124,8 @@ class Capabilities:
     * ``progress_events``: :meth:`Backend.publish_progress` reaches the
       :meth:`Backend.watch_job` watches of every process sharing the store (live events, not
       stored); ``Queue.subscribe`` needs it.
+    * ``cancel``: :meth:`Backend.cancel` works, and :meth:`Backend.extend` reports the leases
+      of cancelled jobs (``None``), so ``Queue.cancel`` can stop a running handler.
     * ``async_libraries``: the event loops it runs on.
     * ``global_rate_limit``: :meth:`Backend.lease_limited` honours ``LeaseLimits.rate_max``
       (a token bucket per queue kept in the store, shared by every process).
@@ -143,6 +146,7 @@ class Capabilities:
     unique: bool = False
     results: bool = False
     progress_events: bool = False
+    cancel: bool = False
     async_libraries: frozenset[str] = frozenset({"asyncio", "trio"})
     global_rate_limit: bool = False
     group_limits: bool = False
@@ -201,7 +205,7 @@ class StoredJob:
     flow_id: str | None = None
     depends_on: tuple[str, ...] = ()
     finished_at: float | None = None
-    """When the job became ``done`` or ``dead``."""
+    """When the job became ``done``, ``dead`` or ``cancelled``."""
     group_key: str | None = None
     """As enqueued (:attr:`NewJob.group_key`)."""
     result: str | None = None
@@ -268,6 +272,17 @@ class Settlement:
 
 
 @attrs.frozen(kw_only=True)
+class CancelOutcome:
+    """What one :meth:`Backend.cancel` found and did."""
+
+    job: StoredJob
+    """The job as stored after the call."""
+    cancelled: bool
+    """True when this call moved the job to ``cancelled``; False when it had already finished
+    (``done``, ``dead`` or ``cancelled``) and nothing changed."""
+
+
+@attrs.frozen(kw_only=True)
 class SweepResult:
     """What one :meth:`Backend.sweep` did."""
 
@@ -278,7 +293,7 @@ class SweepResult:
     dead: Sequence[StoredJob] = ()
     """Expired leases whose attempts were exhausted, now ``dead`` (for audit events)."""
     pruned: int = 0
-    """``done`` jobs deleted because their retention passed."""
+    """``done`` (and ``cancelled``) jobs deleted because their retention passed."""
 
 
 @attrs.frozen(kw_only=True)
@@ -514,10 +529,15 @@ class Backend(abc.ABC):
         """
 
     @abc.abstractmethod
-    async def extend(self, leases: Sequence[tuple[str, str]], *, expires_at: float) -> list[bool]:
+    async def extend(
+        self, leases: Sequence[tuple[str, str]], *, expires_at: float
+    ) -> Sequence[bool | None]:
         """Move the lease expiry of each ``(job_id, token)`` still owned to ``expires_at``.
 
-        Returns, per pair, whether the lease is still held.
+        Returns, per pair, whether the lease is still held: ``True`` held, ``False`` lost.
+        A backend with ``Capabilities.cancel`` answers ``None`` (also falsy: the lease is not
+        held) for a pair whose job is ``cancelled`` and still carries that token, so the
+        worker stops the handler (see :meth:`cancel`).
         """
 
     @abc.abstractmethod
@@ -527,7 +547,7 @@ class Backend(abc.ABC):
         An ``inflight`` job whose lease expired (``expires_at <= now``) goes back to
         ``pending`` due at ``now`` when ``attempts < max_attempts``, else to ``dead`` with
         ``last_error = expired_error`` and ``finished_at = now``.  ``done`` jobs finished
-        before ``now - retain_done`` are deleted.
+        before ``now - retain_done`` are deleted, and so are ``cancelled`` ones.
         """
 
     async def wait_for_work(self, queue: str, *, timeout: float) -> None:
@@ -568,7 +588,8 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     async def purge(self, queue: str) -> int:
-        """Delete every live job of ``queue`` and its ``done`` rows; leave ``dead`` ones.
+        """Delete every live job of ``queue`` and its ``done`` (and ``cancelled``) rows; leave
+        ``dead`` ones.
 
         Returns how many live (pending, inflight, parked) jobs were deleted.
         """
@@ -594,6 +615,38 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     async def dlq_purge(self, queue: str) -> int:
         """Delete the ``dead`` jobs of ``queue``; return how many."""
+
+    # -- cancel (only with Capabilities.cancel) ---------------------------------------------
+    async def cancel(self, job_id: str, *, now: float) -> CancelOutcome | None:
+        """Atomically move the job ``job_id`` to ``cancelled`` if it is ``pending`` (delayed
+        too), ``inflight`` or ``parked``, with ``finished_at = now``; ``None`` when the store
+        holds no such job.
+
+        One atomic step (one statement, one script), whatever state the job is in:
+
+        * the job leaves every index a lease, the sweep or ``size`` reads: it is never leased
+          again, and a ``cancelled`` job counts in none of ``size``, the sweep's recovery or
+          the DLQ;
+        * an ``inflight`` job keeps its lease token, so settling with that token is refused
+          (the lease no longer owns an ``inflight`` job: counted stale) and :meth:`extend`
+          with it answers ``None``, which tells the worker to cancel the handler;
+        * a ``cancelled`` job is kept like a ``done`` one: pruned by the sweep after
+          ``retain_done``, deleted by :meth:`purge`;
+        * flows: jobs ``parked`` behind a cancelled job are left parked, as behind a ``dead``
+          one (only ``done`` releases them).
+
+        A job already ``done``, ``dead`` or ``cancelled`` is left as it is
+        (``CancelOutcome.cancelled`` is False).  Backends without ``Capabilities.cancel`` keep
+        this default, which refuses.
+        """
+        from .errors import UnsupportedError
+
+        raise UnsupportedError(
+            "queue/cancel-unsupported",
+            f"backend {self.context.name!r} (protocol {self.protocol!r}) cannot cancel jobs by "
+            f"id; cancel on a backend whose capabilities include cancel (e.g. 'local', "
+            f"'memory', 'redis')",
+        )
 
     # -- flows (only with Capabilities.flows) ------------------------------------------------
     async def flow_jobs(self, flow_id: str) -> list[StoredJob]:
@@ -637,7 +690,8 @@ class Backend(abc.ABC):
     async def queue_counts(self) -> dict[str, dict[JobState, int]]:
         """How many jobs each queue holds in each state: ``{queue: {state: count}}``.
 
-        Every queue holding at least one job appears, with all five states as keys.
+        Every queue holding at least one job appears, with every state of
+        :data:`JOB_STATES` as a key.
         """
         raise _inspection_unsupported(self, "count jobs per queue and state")
 

@@ -14,7 +14,8 @@ The tree::
     ├── NotFoundError (LookupError)    queue/unknown-backend, queue/unknown-job, queue/job-not-found
     ├── UnsupportedError               queue/dlq-unsupported, queue/flow-unsupported,
     │                                  queue/inspection-unsupported, queue/limits-unsupported,
-    │                                  queue/unique-unsupported, queue/results-unsupported
+    │                                  queue/unique-unsupported, queue/results-unsupported,
+    │                                  queue/cancel-unsupported
     ├── BackendUnavailableError        queue/backend-unavailable (retryable)
     ├── ResultTimeoutError (TimeoutError)  queue/result-timeout
     ├── JobFailedError                 queue/job-failed (.job_id, .state, .last_error)
@@ -50,6 +51,7 @@ ErrorCode = Literal[
     "queue/dlq-unsupported",
     "queue/inspection-unsupported",
     "queue/limits-unsupported",
+    "queue/cancel-unsupported",
     "queue/bad-flow",
     "queue/flow-cycle",
     "queue/flow-unknown-dep",

@@ -27,6 +27,7 @@ from blamequeue.abc import (
     JOB_STATES,
     Backend,
     BackendContext,
+    CancelOutcome,
     Capabilities,
     JobCursor,
     JobState,
@@ -180,6 +181,7 @@ class LocalBackend(Backend):
         unique=True,
         results=True,
         progress_events=True,
+        cancel=True,
         async_libraries=frozenset({"asyncio", "trio"}),
         global_rate_limit=True,
         group_limits=True,
@@ -490,13 +492,17 @@ class LocalBackend(Backend):
             applied.discard(key)
         return results
 
-    async def extend(self, leases: Sequence[tuple[str, str]], *, expires_at: float) -> list[bool]:
+    async def extend(
+        self, leases: Sequence[tuple[str, str]], *, expires_at: float
+    ) -> list[bool | None]:
         if not leases:
             return []
         pairs = [[job_id, token] for job_id, token in leases]
         rows = await self._all(self._sql.extend, (expires_at, _dumps(pairs)))
-        held = {(row[0], row[1]) for row in rows}
-        return [(job_id, token) in held for job_id, token in leases]
+        held: dict[tuple[str, str], bool | None] = {
+            (row[0], row[1]): True if row[2] == "inflight" else None for row in rows
+        }
+        return [held.get((job_id, token), False) for job_id, token in leases]
 
     async def sweep(self, *, now: float, retain_done: float, expired_error: str) -> SweepResult:
         rows = await self._all(self._sql.sweep_expired, (now, expired_error))
@@ -504,6 +510,7 @@ class LocalBackend(Backend):
         dead = [job for job in jobs if job.state == "dead"]
         expired = [job for job in jobs if job.state != "dead"]
         pruned = await self._execute(self._sql.prune_done, (now - retain_done,))
+        pruned += await self._execute(self._sql.prune_cancelled, (now - retain_done,))
         return SweepResult(repended=len(expired), expired=expired, dead=dead, pruned=pruned)
 
     async def wait_for_work(self, queue: str, *, timeout: float) -> None:
@@ -576,6 +583,14 @@ class LocalBackend(Backend):
         raise BackendUnavailableError(
             f"{self._where}: dead job {job_id!r} kept changing while being retried; try again"
         )
+
+    async def cancel(self, job_id: str, *, now: float) -> CancelOutcome | None:
+        row = await self._one(self._sql.cancel, (job_id, now))
+        if row is not None:
+            return CancelOutcome(job=stored_job(row), cancelled=True)
+        # Nothing live to cancel: say whether the job exists (a read, deciding nothing).
+        found = await self.get_job(job_id)
+        return None if found is None else CancelOutcome(job=found, cancelled=False)
 
     # -- flows -----------------------------------------------------------------------------
     async def flow_jobs(self, flow_id: str) -> list[StoredJob]:

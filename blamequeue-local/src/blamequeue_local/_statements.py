@@ -134,6 +134,9 @@ class Statements:
             f"ON \"{table}\" (finished_at) WHERE state = 'done'",
             f'CREATE INDEX IF NOT EXISTS {prefix}"{table}_dlq_idx" '
             f"ON \"{table}\" (queue, finished_at) WHERE state = 'dead'",
+            # Cancelled jobs are retained like done ones: the sweep prunes them by this index.
+            f'CREATE INDEX IF NOT EXISTS {prefix}"{table}_cancelled_idx" '
+            f"ON \"{table}\" (finished_at) WHERE state = 'cancelled'",
             # Flows: flow_jobs() and the release of parked jobs (the trigger below).
             f'CREATE INDEX IF NOT EXISTS {prefix}"{table}_flow_idx" '
             f'ON "{table}" (flow_id, seq) WHERE flow_id IS NOT NULL',
@@ -351,12 +354,23 @@ class Statements:
         # Param: the flow id.
         self.flow_jobs = f"SELECT {COLUMNS} FROM {t} WHERE flow_id = ?1 ORDER BY seq"
 
-        # Params: expires_at, JSON [[id, token], ...].
+        # Params: expires_at, JSON [[id, token], ...].  A cancelled job keeps the token of the
+        # lease it was cancelled under: that pair comes back with state 'cancelled' (and its
+        # row unchanged), which tells the worker to stop the handler.
         self.extend = f"""
-            UPDATE {t} AS t SET lease_expires_at = ?1
+            UPDATE {t} AS t
+            SET lease_expires_at = CASE WHEN t.state = 'inflight' THEN ?1
+                                        ELSE t.lease_expires_at END
             FROM (SELECT value ->> 0 AS id, value ->> 1 AS token FROM json_each(?2)) AS s
-            WHERE t.id = s.id AND t.lease_token = s.token AND t.state = 'inflight'
-            RETURNING id, lease_token"""
+            WHERE t.id = s.id AND t.lease_token = s.token AND t.state IN ('inflight', 'cancelled')
+            RETURNING id, lease_token, state"""
+
+        # Params: job id, now.  Any live job, in one statement; the lease token stays, so the
+        # old lease settles nothing (settle wants 'inflight') and extend reports the cancel.
+        self.cancel = f"""
+            UPDATE {t} SET state = 'cancelled', finished_at = ?2, lease_expires_at = NULL
+            WHERE id = ?1 AND state IN {_LIVE}
+            RETURNING {COLUMNS}"""
 
         # Params: now, expired_error.
         self.sweep_expired = f"""
@@ -371,14 +385,16 @@ class Statements:
 
         # Param: the cutoff (now - retain_done).
         self.prune_done = f"DELETE FROM {t} WHERE state = 'done' AND finished_at < ?1"
+        self.prune_cancelled = f"DELETE FROM {t} WHERE state = 'cancelled' AND finished_at < ?1"
 
         self.size = f"SELECT count(*) FROM {t} WHERE queue = ?1 AND state IN {_LIVE}"
 
-        # RETURNING one flag per deleted row: 1 for a live job, 0 for a retained done one.
+        # RETURNING one flag per deleted row: 1 for a live job, 0 for a retained done or
+        # cancelled one.
         self.purge = f"""
             DELETE FROM {t}
-            WHERE queue = ?1 AND state IN ('pending', 'inflight', 'parked', 'done')
-            RETURNING state <> 'done'"""
+            WHERE queue = ?1 AND state IN ('pending', 'inflight', 'parked', 'done', 'cancelled')
+            RETURNING state IN {_LIVE}"""
 
         # Params: queue, limit (-1: no limit).
         self.dlq_list = f"""

@@ -27,6 +27,7 @@ from blamequeue.abc import (
     JOB_STATES,
     Backend,
     BackendContext,
+    CancelOutcome,
     Capabilities,
     JobCursor,
     JobState,
@@ -46,6 +47,7 @@ from blamequeue_redis._keys import KeyLayout, QueueKeys, hash_tag
 from blamequeue_redis._limits_script import LEASE_LIMITED
 from blamequeue_redis._options import RedisOptions, parse_options
 from blamequeue_redis._scripts import (
+    CANCEL,
     COUNTS,
     DLQ_LIST,
     DLQ_PURGE,
@@ -235,6 +237,7 @@ class RedisBackend(Backend):
         unique=True,
         results=True,
         progress_events=True,
+        cancel=True,
         async_libraries=frozenset({"asyncio", "trio"}),
         global_rate_limit=True,
         group_limits=True,
@@ -530,7 +533,9 @@ class RedisBackend(Backend):
             return [await self._guard(transport.script(*calls[0]))]
         return await self._guard(transport.scripts(calls))
 
-    async def extend(self, leases: Sequence[tuple[str, str]], *, expires_at: float) -> list[bool]:
+    async def extend(
+        self, leases: Sequence[tuple[str, str]], *, expires_at: float
+    ) -> list[bool | None]:
         if not leases:
             return []
         self._require()
@@ -539,7 +544,7 @@ class RedisBackend(Backend):
             queue = _token_queue(token)
             if queue is not None:
                 by_queue.setdefault(queue, []).append(n)
-        held = [False] * len(leases)
+        held: list[bool | None] = [False] * len(leases)
         calls = [
             self._call(EXTEND, queue, (expires_at, _dumps([leases[n] for n in indexes])))
             for queue, indexes in by_queue.items()
@@ -547,7 +552,7 @@ class RedisBackend(Backend):
         replies = await self._run_calls(calls)
         for indexes, reply in zip(by_queue.values(), replies, strict=True):
             for n, flag in zip(indexes, _text(reply), strict=True):
-                held[n] = flag == "1"
+                held[n] = True if flag == "1" else None if flag == "c" else False
         return held
 
     async def sweep(self, *, now: float, retain_done: float, expired_error: str) -> SweepResult:
@@ -638,6 +643,18 @@ class RedisBackend(Backend):
             text = _text(reply)
             if text:
                 return _stored(queue, json.loads(text))
+        return None
+
+    async def cancel(self, job_id: str, *, now: float) -> CancelOutcome | None:
+        # Given only an id: the script runs on every queue (pipelined) and acts only where the
+        # job is; each run is atomic on its own.
+        if not job_id:
+            raise BadArgumentError("queue/bad-argument", "job id must be a non-empty string")
+        for queue, reply in await self._each_queue(CANCEL, lambda _: (job_id, now)):
+            if isinstance(reply, list | tuple) and len(reply) == 2:
+                cancelled, text = reply
+                job = _stored(queue, json.loads(_text(text)))
+                return CancelOutcome(job=job, cancelled=int(cancelled) == 1)
         return None
 
     async def dlq_size(self, queue: str) -> int:

@@ -18,6 +18,7 @@ key                  type    holds
 ``B inflight``       zset    leased jobs: score lease expiry, member ``<id>``
 ``B done``           zset    retained done jobs: score ``finished_at`` (retention pruning)
 ``B dead``           zset    the dead-letter queue: score ``finished_at``
+``B cancelled``      zset    retained cancelled jobs: score ``finished_at`` (pruned like done)
 ``B parked``         set     flow children waiting for their dependencies
 ``B deps:<id>``      set     ids of parked jobs waiting for job ``<id>``
 ``B flow:<flow_id>`` zset    the jobs of one flow, score = enqueue order

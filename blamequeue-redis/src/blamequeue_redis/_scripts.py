@@ -30,6 +30,7 @@ import attrs
 from blamequeue.abc import UNIQUE_HOLDING_STATES
 
 __all__ = [
+    "CANCEL",
     "COUNTS",
     "DLQ_LIST",
     "DLQ_PURGE",
@@ -105,6 +106,7 @@ local base = ARGV[1]
 local K_READY, K_DELAYED, K_INFLIGHT = KEYS[1], base .. 'delayed', base .. 'inflight'
 local K_DONE, K_DEAD, K_PARKED = base .. 'done', base .. 'dead', base .. 'parked'
 local K_SEQ, K_SIGNAL = base .. 'seq', base .. 'signal'
+local K_CANCELLED = base .. 'cancelled'
 local ROW = {{{_ROW_LUA}}}
 local WAKE_TOKENS = {WAKE_TOKENS}
 
@@ -484,7 +486,8 @@ return table.concat(res)
 """,
 )
 
-# ARGV: base, expires_at, the leases as one JSON array of [id, token].  One '1'/'0' per lease.
+# ARGV: base, expires_at, the leases as one JSON array of [id, token].  One '1' (held), '0'
+# (lost) or 'c' (the job was cancelled under this lease: stop the handler) per lease.
 EXTEND: Final = _script(
     "extend",
     """
@@ -498,6 +501,8 @@ for j, pair in ipairs(cjson.decode(ARGV[3])) do
     redis.call('HSET', key, 'expires_at', expires)
     redis.call('ZADD', K_INFLIGHT, expires, id)
     res[j] = '1'
+  elseif f[1] == 'cancelled' and f[2] == token then
+    res[j] = 'c'
   else
     res[j] = '0'
   end
@@ -545,14 +550,19 @@ for _, id in ipairs(old) do
   delete_job(id, redis.call('HGET', jkey(id), 'flow_id'))
 end
 bulk('ZREM', K_DONE, old)
+local gone = redis.call('ZRANGEBYSCORE', K_CANCELLED, '-inf', '(' .. cutoff, 'LIMIT', 0, budget)
+for _, id in ipairs(gone) do
+  delete_job(id, redis.call('HGET', jkey(id), 'flow_id'))
+end
+bulk('ZREM', K_CANCELLED, gone)
 signal(woken)
 local ended = {}
 for i = 2, #buried, 2 do ended[#ended + 1] = buried[i] end
 for _, id in ipairs(old) do ended[#ended + 1] = id end
 announce(ended)
 local more = 0
-if #ids >= budget or #old >= budget then more = 1 end
-return {encode(expired), encode(dead), #old, more}
+if #ids >= budget or #old >= budget or #gone >= budget then more = 1 end
+return {encode(expired), encode(dead), #old + #gone, more}
 """,
 )
 
@@ -595,6 +605,7 @@ if budget > 0 then
   live = live + #parked
 end
 wipe(K_DONE, 1, false)
+wipe(K_CANCELLED, 1, false)
 local more = 0
 if budget <= 0 then more = 1 end
 return {live, more}
@@ -701,13 +712,45 @@ return encode(out)
 """,
 )
 
-# ARGV: base.  {pending, inflight, parked, done, dead} counts of the queue.
+# ARGV: base.  {pending, inflight, parked, done, dead, cancelled} counts of the queue.
 COUNTS: Final = _script(
     "counts",
     """
 return {redis.call('ZCARD', K_READY) + redis.call('ZCARD', K_DELAYED),
   redis.call('ZCARD', K_INFLIGHT), redis.call('SCARD', K_PARKED),
-  redis.call('ZCARD', K_DONE), redis.call('ZCARD', K_DEAD)}
+  redis.call('ZCARD', K_DONE), redis.call('ZCARD', K_DEAD), redis.call('ZCARD', K_CANCELLED)}
+""",
+)
+
+# ARGV: base, job id, now.  Moves a pending (due or delayed), inflight or parked job to
+# 'cancelled' (finished_at = now), out of every index a lease, the sweep or size() reads; its
+# token stays, fencing the old lease (settle wants 'inflight') and telling extend to report
+# the cancel.  Returns {1, row} when it cancelled the job, {0, row} when the job had already
+# finished (left as it is), '' when this queue has no such job.
+CANCEL: Final = _script(
+    "cancel",
+    """
+local id, now = ARGV[2], ARGV[3]
+local key = jkey(id)
+local f = redis.call('HMGET', key, unpack(ROW))
+if not f[1] then return '' end
+local was = f[1]
+if was == 'pending' then
+  redis.call('ZREM', K_DELAYED, id)
+  redis.call('ZREM', K_READY, hextime(f[7]) .. string.format('%016x', tonumber(f[15])) .. id)
+elseif was == 'inflight' then
+  redis.call('ZREM', K_INFLIGHT, id)
+elseif was == 'parked' then
+  -- Its entries in deps:<dep> stay: a release only moves jobs still parked.
+  redis.call('SREM', K_PARKED, id)
+else
+  return {0, cjson.encode(row(id, f))}
+end
+redis.call('HSET', key, 'state', 'cancelled', 'finished_at', now)
+move(id, f[15], was, 'cancelled')
+redis.call('ZADD', K_CANCELLED, now, id)
+f[1], f[14] = 'cancelled', now
+return {1, cjson.encode(row(id, f))}
 """,
 )
 
@@ -747,6 +790,7 @@ return redis.call('HVALS', KEYS[1])
 )
 
 SCRIPTS: Final = (
+    CANCEL,
     ENQUEUE,
     LEASE,
     SETTLE,

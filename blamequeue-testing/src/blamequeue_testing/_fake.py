@@ -33,6 +33,7 @@ from blamequeue._validation import (
     check_delay,
     check_max_attempts,
     check_optional_str,
+    check_positive_seconds,
     check_priority,
     check_queue_name,
 )
@@ -115,6 +116,8 @@ def _check_call(queue_name: Any, options: Mapping[str, Any]) -> None:
     if options.get("backoff") is not None:
         parse_backoff(options["backoff"])
     unique_claim(options.get("unique_key"), options.get("unique_for"))
+    if options.get("timeout") is not None:
+        check_positive_seconds(options["timeout"], "timeout")
 
 
 class _ContextRecords:

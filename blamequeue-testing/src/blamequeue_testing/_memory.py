@@ -40,6 +40,7 @@ from blamequeue.abc import (
     UNIQUE_HOLDING_STATES,
     Backend,
     BackendContext,
+    CancelOutcome,
     Capabilities,
     JobCursor,
     JobState,
@@ -154,7 +155,7 @@ class _QueueIndex:
     def __init__(self) -> None:
         self.rows: dict[str, _Row] = {}
         self.counts: dict[JobState, int] = dict.fromkeys(
-            ("pending", "inflight", "done", "dead", "parked"), 0
+            ("pending", "inflight", "done", "dead", "parked", "cancelled"), 0
         )
         self.ready: list[_ReadyEntry] = []
         self.delayed: list[_TimedEntry] = []
@@ -191,7 +192,7 @@ class _Store:
         self.jobs: dict[str, _Row] = {}
         self.queues: dict[str, _QueueIndex] = {}
         self.leases: list[_TimedEntry] = []  # inflight, keyed by expires_at
-        self.retained: list[_TimedEntry] = []  # done, keyed by finished_at
+        self.retained: list[_TimedEntry] = []  # done and cancelled, keyed by finished_at
         self.seq = itertools.count(1)
         self.waiters: dict[str, set[anyio.Event]] = {}
         # Flows: parked jobs by the id of each job they wait for, and every job by flow id.
@@ -378,6 +379,7 @@ class MemoryBackend(Backend):
         unique=True,
         results=True,
         progress_events=True,
+        cancel=True,
     )
 
     def __init__(self, options: Mapping[str, Any], context: BackendContext) -> None:
@@ -574,15 +576,18 @@ class MemoryBackend(Backend):
                 store.notify(queue)
         return applied
 
-    async def extend(self, leases: Sequence[tuple[str, str]], *, expires_at: float) -> list[bool]:
+    async def extend(
+        self, leases: Sequence[tuple[str, str]], *, expires_at: float
+    ) -> list[bool | None]:
         await anyio.lowlevel.checkpoint()
         store = self._store
-        held: list[bool] = []
+        held: list[bool | None] = []
         with store.lock:
             for job_id, token in leases:
                 row = store.jobs.get(job_id)
                 if row is None or row.state != "inflight" or row.token != token:
-                    held.append(False)
+                    cancelled = row is not None and row.state == "cancelled" and row.token == token
+                    held.append(None if cancelled else False)
                     continue
                 row.expires_at = expires_at
                 row.version += 1
@@ -693,7 +698,7 @@ class MemoryBackend(Backend):
                 if row.state in _LIVE:
                     deleted += 1
                     store.delete(row)
-                elif row.state == "done":
+                elif row.state in ("done", "cancelled"):
                     store.delete(row)
             index.ready.clear()
             index.delayed.clear()
@@ -745,6 +750,23 @@ class MemoryBackend(Backend):
             for row in dead:
                 store.delete(row)
             return len(dead)
+
+    async def cancel(self, job_id: str, *, now: float) -> CancelOutcome | None:
+        await anyio.lowlevel.checkpoint()
+        store = self._store
+        with store.lock:
+            row = store.jobs.get(job_id)
+            if row is None:
+                return None
+            if row.state not in _LIVE:
+                return CancelOutcome(job=row.snapshot(), cancelled=False)
+            # The move bumps the version: the row's ready, delayed and lease heap entries go
+            # stale, so no lease or sweep touches it again.  Its token stays, to fence the
+            # old lease and let extend() tell that lease's worker.
+            row.finished_at = now
+            store.move(row, "cancelled")
+            heapq.heappush(store.retained, (now, row.seq, row.version, row))
+            return CancelOutcome(job=row.snapshot(), cancelled=True)
 
     # -- flows -----------------------------------------------------------------------------
     async def flow_jobs(self, flow_id: str) -> list[StoredJob]:

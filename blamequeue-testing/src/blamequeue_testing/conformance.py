@@ -36,6 +36,7 @@ from ._conformance.arguments import TestBadInput, TestLifecycleErrors
 from ._conformance.audit import TestAudit
 from ._conformance.backends import TestBackendStatus
 from ._conformance.backoff import TestBackoff
+from ._conformance.cancellation import TestCancel, TestCancelRunning, TestWithoutCancel
 from ._conformance.consume import TestConsume, TestConsumerConcurrency, TestRateLimit
 from ._conformance.dead_letters import TestDeadLetterQueue, TestWithoutDeadLetterQueue
 from ._conformance.fixtures import (
@@ -82,6 +83,7 @@ from ._conformance.sealing_audit import TestAuditTrail, TestSealing, TestSealKey
 from ._conformance.shutdown import TestShutdown
 from ._conformance.size_and_purge import TestPurge, TestSize
 from ._conformance.tick import TestTick
+from ._conformance.timeouts import TestTimeouts
 from ._conformance.unique import TestUniqueArguments, TestUniqueJobs, TestWithoutUniqueJobs
 
 __all__ = [
@@ -92,6 +94,8 @@ __all__ = [
     "TestBackendStatus",
     "TestBackoff",
     "TestBadInput",
+    "TestCancel",
+    "TestCancelRunning",
     "TestConsume",
     "TestConsumerConcurrency",
     "TestDeadLetterQueue",
@@ -126,6 +130,8 @@ __all__ = [
     "TestTick",
     "TestUniqueArguments",
     "TestUniqueJobs",
+    "TestTimeouts",
+    "TestWithoutCancel",
     "TestWithoutDeadLetterQueue",
     "TestWithoutFlows",
     "TestWithoutInspection",

@@ -91,6 +91,12 @@ def add_parser(subparsers: Subparsers) -> None:
         metavar="N",
         help="attempts before the dead-letter queue (default: the backend's, 5)",
     )
+    enqueue.add_argument(
+        "--timeout",
+        type=positive_seconds,
+        metavar="S",
+        help="seconds a handler may run on it before it is cancelled (default: no limit)",
+    )
     enqueue.add_argument("--trace-id", metavar="ID", help="a trace id carried into the audit trail")
     enqueue.add_argument(
         "--classification", metavar="LABEL", help="a data classification label for audit"
@@ -233,6 +239,7 @@ def _enqueue(args: argparse.Namespace) -> int:
             classification=args.classification,
             unique_key=args.unique_key,
             unique_for=args.unique_for,
+            timeout=args.timeout,
         )
         if args.json:
             print_json({"job_id": job_id, "queue": args.queue, "backend": backend})
