@@ -39,6 +39,7 @@ __all__ = [
     "check",
     "drive",
     "read_ledgers",
+    "read_timed_ledgers",
 ]
 
 WORKER = Path(__file__).with_name("crash_worker.py")
@@ -163,16 +164,28 @@ class Fleet:
 
 
 def read_ledgers(folder: Path) -> tuple[list[tuple[str, int, int]], int]:
-    """Every recorded run, and how many lines were cut short (a kill during the write)."""
-    runs: list[tuple[str, int, int]] = []
+    """Every recorded run ``(job id, pid, attempt)``, and how many lines were cut short (a
+    kill during the write)."""
+    runs, torn = read_timed_ledgers(folder)
+    return [(job_id, pid, attempt) for job_id, pid, attempt, _at in runs], torn
+
+
+def read_timed_ledgers(folder: Path) -> tuple[list[tuple[str, int, int, float]], int]:
+    """Every recorded run ``(job id, pid, attempt, unix time)``, and the torn lines."""
+    runs: list[tuple[str, int, int, float]] = []
     torn = 0
     for path in sorted(folder.glob("ledger-*.txt")):
         for line in path.read_text().splitlines():
             parts = line.split()
-            if len(parts) != 3 or not parts[1].isdigit() or not parts[2].isdigit():
+            if len(parts) != 4 or not (parts[1].isdigit() and parts[2].isdigit()):
                 torn += 1
                 continue
-            runs.append((parts[0], int(parts[1]), int(parts[2])))
+            try:
+                at = float(parts[3])
+            except ValueError:
+                torn += 1
+                continue
+            runs.append((parts[0], int(parts[1]), int(parts[2]), at))
     return runs, torn
 
 

@@ -7,12 +7,12 @@ Consumes QUEUE until it is killed.  BACKEND is the path of a SQLite file (the ``
 backend) or a whole backend config as JSON (``{"protocol": "redis", "url": ...}``); with AUDIT,
 the queue also appends its audit events to that JSON-lines file (a ``JsonlAuditSink``).
 
-Each handler first appends one line ``<job id> <pid> <attempt>`` to LEDGER (its side effect,
-done first: the worst case for at-least-once, since a kill at any later point leaves a run
-that happened but was never acknowledged), then sleeps WORK seconds (this paces the drain so the
-test's kills land while jobs are running).  The ledger is opened in append mode with line
-buffering: each record is one write(2), which the kernel keeps even when the process is
-SIGKILLed right after it.
+Each handler first appends one line ``<job id> <pid> <attempt> <unix time>`` to LEDGER (its
+side effect, done first: the worst case for at-least-once, since a kill at any later point
+leaves a run that happened but was never acknowledged), then sleeps WORK seconds (this paces
+the drain so the test's kills land while jobs are running).  The ledger is opened in append
+mode with line buffering: each record is one write(2), which the kernel keeps even when the
+process is SIGKILLed right after it.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import logging
 import os
 import signal
 import sys
+import time
 
 import anyio
 
@@ -43,7 +44,7 @@ def main() -> None:
     ledger = open(ledger_path, "a", buffering=1, encoding="utf-8")  # noqa: SIM115 - lives as long as the process
 
     async def handler(job: Job, ctx: JobContext) -> None:
-        ledger.write(f"{job.id} {pid} {job.attempts}\n")
+        ledger.write(f"{job.id} {pid} {job.attempts} {time.time()}\n")
         await anyio.sleep(float(work))
 
     async def run() -> None:
