@@ -343,6 +343,9 @@ def test_producers_and_consumers_ride_out_a_redis_restart(
                 "refused_enqueues": len(refusals),
                 "in_flight_at_restarts": len(in_flight),
                 "acked_missing_after_restart": len(missing),
+                # Stored (and run) though its producer heard only an error: a reply the stop
+                # cut off.  Not lost; the producer's retry would enqueue a second copy.
+                "stored_unacknowledged": len(stored_done - set(acks)),
                 "their_ack_time_minus_kill_s": sorted(round(age, 3) for age in missing.values()),
                 "lease_s": LEASE,
                 "torn_ledger_lines": torn,
