@@ -210,10 +210,7 @@ class Consumer:
                     ),
                 )
             except QueueError as exc:
-                self._lease_errors += 1
-                delay = min(
-                    self._poll_interval * 2 ** min(self._lease_errors, 8), _MAX_ERROR_BACKOFF
-                )
+                delay = self._lease_retry_delay()
                 log.warning(
                     "consumer of %r on backend %r could not lease (%s); retrying in %.2f s",
                     self.queue_name,
@@ -237,6 +234,19 @@ class Consumer:
                 await self._idle(wake, asked_at, self._fast_poll)
             else:
                 await anyio.lowlevel.checkpoint()
+
+    def _lease_retry_delay(self) -> float:
+        """How long to wait after a failed lease.  While the breaker is open: until it lets a
+        call through again.  Its refusals never reached the backend, so they say nothing new
+        and must not grow the backoff (else a long outage keeps the consumer asleep up to
+        :data:`_MAX_ERROR_BACKOFF` after the backend is back).  Else: exponential backoff on
+        the failures in a row."""
+        reopens_in = self._runtime.guard.breaker.retry_in()
+        if reopens_in > 0:
+            return reopens_in
+        self._lease_errors += 1
+        backoff: float = self._poll_interval * 2 ** min(self._lease_errors, 8)
+        return min(backoff, _MAX_ERROR_BACKOFF)
 
     async def _allowance(self, free: int) -> int:
         """How many jobs the rate limit lets start now (waits until at least one)."""

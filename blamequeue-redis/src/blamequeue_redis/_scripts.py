@@ -247,13 +247,25 @@ ENQUEUE: Final = _script(
 local jobs = cjson.decode(ARGV[3])
 local n = #jobs
 local seen = {}
+-- A batch whose every job is already stored as sent (same created_at and payload) is the
+-- queue's retry of this very call after its reply was lost: acknowledge it, store nothing.
+local replayed, taken = 0, nil
 for j = 1, n do
   local id = jobs[j][1]
-  if seen[id] or redis.call('EXISTS', jkey(id)) == 1 then
+  local dup = seen[id]
+  if not dup and redis.call('EXISTS', jkey(id)) == 1 then
+    local f = redis.call('HMGET', jkey(id), 'created_at', 'payload')
+    dup = f[1] ~= jobs[j][3] or f[2] ~= jobs[j][6]
+    replayed = replayed + 1
+    taken = taken or id
+  end
+  if dup then
     return redis.error_reply('BQDUP a job with id ' .. id .. ' already exists')
   end
   seen[id] = true
 end
+if replayed == n then return n end
+if taken then return redis.error_reply('BQDUP a job with id ' .. taken .. ' already exists') end
 local seq = redis.call('INCRBY', K_SEQ, n) - n
 local woken = 0
 local parked = {}
