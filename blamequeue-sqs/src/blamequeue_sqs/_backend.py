@@ -624,7 +624,6 @@ class SqsBackend(Backend):
                 continue  # sent by an earlier try of this same call
             planned.setdefault(route.url, (route, []))[1].append(entry)
             self._quiet.discard(route.url)
-        sent: list[str] = []
         failed: list[tuple[str, str]] = []
         retryable = True
         try:
@@ -637,26 +636,28 @@ class SqsBackend(Backend):
                     for item in response.get("Successful", []):
                         job_id = by_id[item["Id"]]["MessageAttributes"][ATTR_JOB_ID]["StringValue"]
                         _remember(self._sent, job_id, None)
-                        sent.append(job_id)
                     for item in response.get("Failed", []):
                         job_id = by_id[item["Id"]]["MessageAttributes"][ATTR_JOB_ID]["StringValue"]
                         failed.append((job_id, f"{item.get('Code')}: {item.get('Message', '')}"))
                         retryable = retryable and not item.get("SenderFault", False)
         except QueueError as exc:
-            if not sent:
+            # Counted over every try of this call (the core's retries resend only the rest):
+            # what the caller must not enqueue again.
+            stored = [index for index, job in enumerate(jobs) if job.id in self._sent]
+            if not stored:
                 raise
             raise BackendUnavailableError(
-                f"{exc.message}. SQS has no atomic batch: {len(sent)} of {len(jobs)} job(s) "
-                f"were stored before the failure (the first: {sent[0]}); a retry of this "
-                f"call sends only the rest",
+                f"{exc.message}. SQS has no atomic batch: {len(stored)} of {len(jobs)} job(s) "
+                f"were stored before the failure (payloads {_spans(stored)} of the list) and "
+                f"will run; enqueue only the others again",
                 retryable=exc.retryable,
             ) from exc
         if failed:
             detail = "; ".join(f"{job_id}: {reason}" for job_id, reason in failed[:5])
             raise BackendUnavailableError(
                 f"{self._where}: SQS refused {len(failed)} of {len(jobs)} job(s) ({detail}); "
-                f"the others were stored (SQS has no atomic batch), so a retry of this call "
-                f"sends only the refused ones",
+                f"the others were stored and will run (SQS has no atomic batch): enqueue only "
+                f"the refused ones again",
                 retryable=retryable,
             )
 
@@ -1346,6 +1347,17 @@ def _attempts(decoded: Decoded, receive_count: int | None = None) -> int:
     before = decoded.body.get("attempts_before", 0)
     count = decoded.receive_count if receive_count is None else receive_count
     return count + (before if isinstance(before, int) and before > 0 else 0)
+
+
+def _spans(indexes: Sequence[int]) -> str:
+    """``[0, 1, 2, 5]`` → ``"0-2, 5"`` (sorted indexes)."""
+    spans: list[list[int]] = []
+    for index in indexes:
+        if spans and index == spans[-1][1] + 1:
+            spans[-1][1] = index
+        else:
+            spans.append([index, index])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
 
 
 def _set_from_thread(event: anyio.Event) -> None:
