@@ -17,6 +17,7 @@ so; waits are bounded by ``HANG_GUARD``, never asserted on.
 from __future__ import annotations
 
 import collections
+import logging
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -37,6 +38,8 @@ from sqs_fault_proxy import (
 
 from blamequeue import AuditEvent, Job, JobContext, Queue
 from blamequeue.errors import QueueError
+from blamequeue_sqs._server import bench_setup
+from blamequeue_sqs._transport import botocore_tries
 from sqs.moto_server import REGION, SqsQueues, client, make_queues, sqs_endpoint  # noqa: F401
 
 pytestmark = pytest.mark.anyio
@@ -532,10 +535,12 @@ async def test_botocore_retries_are_off_in_the_backends_client_and_multiply_in_y
     queues: SqsQueues,
     anyio_backend: str,
     reliability_tally: Tally,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     import boto3
     import botocore.config
 
+    caplog.set_level(logging.WARNING, logger="blamequeue.sqs")
     ours = through(proxy, queues, retry=FAST_RETRY, breaker=NO_BREAKER)
     async with Queue(backends={"sqs": ours}, sweep_interval=0) as queue:
         proxy.reset_counts()
@@ -553,7 +558,12 @@ async def test_botocore_retries_are_off_in_the_backends_client_and_multiply_in_y
         config=botocore.config.Config(retries={"mode": "standard", "total_max_attempts": 2}),
     )
     theirs = {k: v for k, v in ours.items() if k not in ("endpoint_url", "region")}
+    assert not any("retries each request itself" in r.getMessage() for r in caplog.records)
     async with Queue(backends={"sqs": {**theirs, "client": own}}, sweep_interval=0) as queue:
+        # Opening the backend says so, and what to do.
+        [warning] = [r for r in caplog.records if "retries each request itself" in r.getMessage()]
+        assert "(2 tries)" in warning.getMessage()
+        assert "'total_max_attempts': 1" in warning.getMessage()
         proxy.reset_counts()
         with (
             proxy.outage(THROTTLING, actions={"GetQueueAttributes"}),
@@ -570,6 +580,13 @@ async def test_botocore_retries_are_off_in_the_backends_client_and_multiply_in_y
     own.close()
     assert requests_theirs == 2 * FAST_RETRY["attempts"]
     assert absorbed == 2
+    # A default client tries 3 times; the bench's client counts requests, so it tries once.
+    assert botocore_tries(boto3.client("sqs", region_name=REGION)) == 3
+    bench = await anyio.to_thread.run_sync(bench_setup, proxy.endpoint)
+    try:
+        assert botocore_tries(bench.requests) == 1
+    finally:
+        await anyio.to_thread.run_sync(bench.cleanup)
     reliability_tally.add(
         "sqs-retry-layers (botocore vs the retry policy)",
         f"sqs/{anyio_backend}",

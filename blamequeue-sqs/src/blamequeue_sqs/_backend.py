@@ -80,7 +80,7 @@ from blamequeue_sqs._messages import (
 )
 from blamequeue_sqs._options import QUEUE_PLACEHOLDER, SqsOptions, parse_options
 from blamequeue_sqs._sqs_errors import is_missing_queue, is_stale, map_error
-from blamequeue_sqs._transport import SqsTransport
+from blamequeue_sqs._transport import NO_BOTOCORE_RETRIES, SqsTransport, botocore_tries
 
 __all__ = ["SqsBackend"]
 
@@ -258,6 +258,20 @@ class SqsBackend(Backend):
         if client is None:
             client = await anyio.to_thread.run_sync(self._make_client)
             self._owned_client = client
+        else:
+            tries = botocore_tries(client)
+            if tries is not None and tries > 1:
+                log.warning(
+                    "%s: the client passed as 'client' retries each request itself (%d tries): "
+                    "with the backend's 'retry' policy on top, a failing call makes %d times "
+                    "its requests, waits out botocore's backoff in a worker thread, and fewer "
+                    "faults reach the circuit breaker. Make the client with "
+                    "botocore.config.Config(retries={'total_max_attempts': 1}) to leave "
+                    "retrying to the 'retry' option",
+                    self._where,
+                    tries,
+                    tries,
+                )
         self._transport = SqsTransport(
             client, limit=config.max_in_flight_requests, where=self._where
         )
@@ -298,7 +312,7 @@ class SqsBackend(Backend):
                         max_pool_connections=config.max_in_flight_requests,
                         # One retry policy: the queue's `retry` config (it also keeps the request
                         # count honest).
-                        retries={"mode": "standard", "total_max_attempts": 1},
+                        retries=dict(NO_BOTOCORE_RETRIES),
                         connect_timeout=5,
                         read_timeout=_MAX_WAIT_SECONDS + 10,
                     ),
