@@ -161,9 +161,10 @@ class _Chores:
     foreign: list[_Received] = attrs.field(factory=list)
     parked: list[tuple[_Received, Decoded]] = attrs.field(factory=list)
     exhausted: list[tuple[_Received, Decoded]] = attrs.field(factory=list)
+    copies: list[_Received] = attrs.field(factory=list)
 
     def __bool__(self) -> bool:
-        return bool(self.foreign or self.parked or self.exhausted)
+        return bool(self.foreign or self.parked or self.exhausted or self.copies)
 
 
 def _infer_region(url: str | None) -> str | None:
@@ -237,6 +238,9 @@ class SqsBackend(Backend):
         self._held: dict[str, _Held] = {}
         self._settled: dict[str, bool] = {}
         self._sent: dict[str, None] = {}
+        # Job ids this process completed: a later message of one is a copy (a send whose
+        # answer was lost, stored twice), deleted on receipt instead of run again.
+        self._done: dict[str, None] = {}
         self._asked: dict[str, tuple[int, int]] = {}
         self._expired_error: str | None = None
         self._dead_at_lease: list[StoredJob] = []
@@ -725,7 +729,8 @@ class SqsBackend(Backend):
         chores = _Chores()
         received = self._take_stash(route, limit, now)
         self._classify(received, now, leases, chores)
-        count = len(received)
+        # Copies are deleted, not handed out: they leave room for more.
+        count = len(received) - len(chores.copies)
         if route.url in self._quiet:
             self._quiet.discard(route.url)
             if not received:
@@ -740,8 +745,9 @@ class SqsBackend(Backend):
                 received_at=now,
                 expires_at=expires_at,
             )
-            count += len(batch)
+            copies = len(chores.copies)
             self._classify(batch, now, leases, chores)
+            count += len(batch) - (len(chores.copies) - copies)
             if len(batch) < want:
                 break
         if chores:
@@ -756,10 +762,17 @@ class SqsBackend(Backend):
     def _classify(
         self, received: Sequence[_Received], now: float, leases: list[Lease], chores: _Chores
     ) -> None:
+        handed = {lease.job.id for lease in leases}
         for item in received:
             decoded = decode(item.message)
             if decoded is None:
                 chores.foreign.append(item)
+                continue
+            if decoded.job_id in self._done or decoded.job_id in handed:
+                # A copy of a job done here, or of one this lease hands out already: SQS
+                # stored a send twice.  (Not checked against leases held from earlier calls: a
+                # release re-sends its job while the old lease is still held.)
+                chores.copies.append(item)
                 continue
             if decoded.park_until is not None:
                 chores.parked.append((item, decoded))
@@ -780,9 +793,22 @@ class SqsBackend(Backend):
                 received_at=item.received_at,
             )
             leases.append(Lease(job=job, token=token, expires_at=item.expires_at))
+            handed.add(job.id)
 
     async def _do_chores(self, route: _Route, chores: _Chores, now: float) -> None:
         transport = self._require_transport()
+        for url, copies in _by_url(chores.copies).items():
+            log.info(
+                "%s: deleting %d extra cop(ies) of jobs done or running here (a send SQS "
+                "stored twice)",
+                self._where,
+                len(copies),
+            )
+            await transport.batch(
+                "DeleteMessageBatch",
+                url,
+                [{"ReceiptHandle": c.message["ReceiptHandle"]} for c in copies],
+            )
         moves: list[tuple[str, str, dict[str, Any]]] = []  # (receipt, target url, entry)
         for item in chores.foreign:
             dlq = route.dlq_url
@@ -992,6 +1018,9 @@ class SqsBackend(Backend):
                 results,
                 problems,
             )
+            for index, held in deletes:
+                if results[index]:
+                    _remember(self._done, held.job.id, None)
         if changes:
             await self._apply(
                 "ChangeMessageVisibilityBatch",
