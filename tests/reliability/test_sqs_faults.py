@@ -84,9 +84,9 @@ def stored(url: str) -> int:
     return sum(int(value) for value in attributes.values())
 
 
-async def emptied(url: str) -> None:
+async def emptied(url: str, guard: float = HANG_GUARD) -> None:
     """Wait until SQS holds nothing for ``url`` (copies and unsettled jobs come back late)."""
-    with anyio.fail_after(HANG_GUARD):
+    with anyio.fail_after(guard):
         while True:
             if not await anyio.to_thread.run_sync(stored, url):
                 return
@@ -115,8 +115,8 @@ class Ledger:
     def twice(self) -> int:
         return sum(1 for count in self.by_id.values() if count > 1)
 
-    async def until(self, done: Any, what: str) -> None:
-        with anyio.fail_after(HANG_GUARD):
+    async def until(self, done: Any, what: str, guard: float = HANG_GUARD) -> None:
+        with anyio.fail_after(guard):
             while not done():
                 with anyio.move_on_after(0.2):
                     await self.changed.wait()
@@ -328,7 +328,8 @@ async def test_producers_and_consumers_ride_out_transient_sqs_faults_losing_noth
     reliability_form: Form,
     reliability_reports: Reports,
 ) -> None:
-    batches = reliability_form.pick(10, 100)  # per producer, 10 jobs each, 2 producers
+    batches = reliability_form.pick(8, 50)  # per producer, 10 jobs each, 2 producers
+    guard = reliability_form.pick(HANG_GUARD, 10 * HANG_GUARD)
     retry = {"attempts": 4, "base": 0.01, "cap": 0.1}
     breaker = {"failure_threshold": 5, "reset_timeout": 1.0}
     config = through(proxy, queues, retry=retry, breaker=breaker)
@@ -380,8 +381,8 @@ async def test_producers_and_consumers_ride_out_transient_sqs_faults_losing_noth
         async with anyio.create_task_group() as producers:
             for producer in range(2):
                 producers.start_soon(produce, producer_queue, producer)
-        await ledger.until(lambda: set(acked) <= ledger.by_id.keys(), "every acked job ran")
-        await emptied(queues.url)
+        await ledger.until(lambda: set(acked) <= ledger.by_id.keys(), "every acked job ran", guard)
+        await emptied(queues.url, guard)
         assert not any(consumer.stopped for consumer in consumers), "no consumer died"
         stats = [consumer.stats for consumer in consumers]
         for consumer in consumers:
