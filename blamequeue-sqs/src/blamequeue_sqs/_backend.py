@@ -15,6 +15,8 @@ settle ``release``        same as ``dead`` but back to the queue, the attempt gi
                           (FIFO: ChangeMessageVisibilityBatch to 0, keeping the order)
 extend (heartbeat)        ChangeMessageVisibilityBatch
 wait_for_work (idle)      ReceiveMessage with WaitTimeSeconds (long polling)
+copies of a job           DeleteMessageBatch, at lease (a send stored twice: its answer
+                          was lost and the retry sent it again)
 size                      GetQueueAttributes
 purge                     GetQueueAttributes, PurgeQueue
 dlq_size                  GetQueueAttributes on the dead-letter queue
@@ -755,7 +757,11 @@ class SqsBackend(Backend):
                 await self._do_chores(route, chores, now)
             except QueueError as exc:
                 # They come back after their visibility timeout and are dealt with then.
-                log.warning("%s: could not re-park or dead-letter messages: %s", self._where, exc)
+                log.warning(
+                    "%s: could not delete copies, re-park or dead-letter messages: %s",
+                    self._where,
+                    exc,
+                )
         leases.sort(key=lambda lease: lease.job.id)
         return leases
 
