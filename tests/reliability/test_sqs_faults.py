@@ -375,7 +375,9 @@ async def test_producers_and_consumers_ride_out_transient_sqs_faults_losing_noth
     producer_queue = Queue(backends={"sqs": config}, sweep_interval=0)
     async with producer_queue, workers[0], workers[1]:
         consumers = [
-            await worker.consume(QUEUE, ledger.handler, concurrency=4, lease=2.0, poll_interval=0.1)
+            await worker.consume(
+                QUEUE, ledger.handler, concurrency=10, lease=2.0, poll_interval=0.1
+            )
             for worker in workers
         ]
         async with anyio.create_task_group() as producers:
