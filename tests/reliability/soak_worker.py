@@ -11,7 +11,7 @@ call the consumer awaits, round trip and all).  JOBS, the backlog the test fille
 starting this worker, turns the jobs leased so far into the backlog a call met.  Once a second,
 and once more on the way out, one JSON line goes to PROGRESS: jobs succeeded so far, the lease
 calls of that second (count, jobs, summed and largest seconds), and, once their calls are
-over, the durations of the calls made in two windows of the backlog (see ``_WINDOWS``).  All
+over, the durations of the calls made in a few windows of the backlog (see ``_windows``).  All
 of it is a few counters and two short lists: the instrument must not grow with the run it
 measures.
 """
@@ -30,20 +30,22 @@ import anyio
 
 from blamequeue import Job, JobContext, Queue
 
-#: Backlog windows whose lease calls are kept one by one: ``name -> (from, down to)`` jobs
-#: pending when the call was made.  ``full`` skips the first 1,000 jobs (the worker warms
-#: up: imports, caches, the first pages of the database) and ``1k`` stops at 500 (below a
-#: few batches the queue is draining, not backlogged).
-_WINDOWS_AT_1K = (1_500, 500)
+#: Lease calls are kept one by one in windows of ``_WINDOW`` jobs of backlog: one just below
+#: the full backlog, after ``_WARM_UP`` jobs (the worker warms up: imports, caches, the first
+#: pages of the database), and one centred on each power of ten below it down to 1,000.
 _WARM_UP = 1_000
 _WINDOW = 1_000
 
 
 def _windows(jobs: int) -> dict[str, tuple[int, int]]:
-    return {
-        "full": (jobs - _WARM_UP, jobs - _WARM_UP - _WINDOW),
-        "1k": _WINDOWS_AT_1K,
-    }
+    """``name -> (from, down to)``: the backlogs (jobs pending at a call) of each window."""
+    top = jobs - _WARM_UP
+    windows = {"full": (top, top - _WINDOW)}
+    power = 1_000
+    while power + _WINDOW // 2 < top - _WINDOW:
+        windows[f"{power // 1000}k"] = (power + _WINDOW // 2, power - _WINDOW // 2)
+        power *= 10
+    return windows
 
 
 class LeaseTimer:

@@ -51,10 +51,12 @@ MIB = 1024 * 1024
 # noise, never by a cost per job: 1 KiB leaked per job is 20 MiB over the bounded form's
 # 20,000 jobs and 1 GiB over the long form's million.
 RSS_GROWTH_MAX_MIB = 16.0
-# A lease at the full backlog may be slower than at 1,000 jobs by noise, not by the backlog:
-# a lease that scanned the backlog would cost milliseconds per 100,000 jobs.
+# A lease at the full backlog may be slower than at 1,000 jobs by noise, not by the backlog.
+# The slack is wide (a machine with 7 runnable processes per core saw 6 ms medians): a lease
+# that walked the backlog would cost tens of milliseconds per 100,000 jobs, so the long form
+# still catches one, and the bounded form never fails on a busy machine.
 LEASE_SLOWER_MAX = 5.0
-LEASE_SLACK_S = 0.005
+LEASE_SLACK_S = 0.020
 # After the drain and one retain_done, Redis holds what it held before the fill, plus its
 # own bookkeeping (dict tables shrink lazily): never the million jobs (hundreds of MiB).
 REDIS_LEFT_MAX_MIB = 32.0
@@ -221,16 +223,37 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def lease_figures(calls: list[tuple[float, int]]) -> dict[str, float]:
-    seconds = [took for took, _jobs in calls]
-    leased = sum(jobs for _took, jobs in calls)
-    return {
-        "calls": len(calls),
-        "p50_ms": percentile(seconds, 0.5) * 1000,
-        "p99_ms": percentile(seconds, 0.99) * 1000,
-        "per_job_us": sum(seconds) / leased * 1e6,
-        "jobs_per_call": leased / len(calls),
+def lease_figures(windows: dict[str, list[tuple[float, int]]]) -> dict[str, dict[str, float]]:
+    """Per backlog window: median and p99 of a lease call, jobs per call, seconds per job."""
+    figures: dict[str, dict[str, float]] = {
+        "lease_p50_ms": {},
+        "lease_p99_ms": {},
+        "lease_us_per_job": {},
+        "lease_jobs_per_call": {},
     }
+    for name, calls in windows.items():
+        seconds = [took for took, _jobs in calls]
+        leased = sum(jobs for _took, jobs in calls)
+        figures["lease_p50_ms"][name] = percentile(seconds, 0.5) * 1000
+        figures["lease_p99_ms"][name] = percentile(seconds, 0.99) * 1000
+        figures["lease_us_per_job"][name] = sum(seconds) / leased * 1e6
+        figures["lease_jobs_per_call"][name] = leased / len(calls)
+    return figures
+
+
+def lease_by_quarter(progress: list[dict[str, Any]], jobs: int) -> dict[str, float]:
+    """The mean lease call (ms) over each quarter of the drain, by the backlog left at its end:
+    every call of the run, not just the windows'."""
+    quarters: dict[str, list[float]] = {}
+    for record in progress:
+        if record["lease_jobs"]:
+            left = record["backlog"]
+            quarter = min(3, 4 * (jobs - left) // jobs)
+            name = f"q{quarter + 1}"
+            totals = quarters.setdefault(name, [0.0, 0])
+            totals[0] += record["lease_s"]
+            totals[1] += record["lease_calls"]
+    return {name: seconds / calls * 1000 for name, (seconds, calls) in sorted(quarters.items())}
 
 
 @pytest.mark.parametrize("event_loop", ["asyncio", "trio"])
@@ -242,7 +265,7 @@ def test_a_worker_drains_a_big_backlog_with_flat_memory_and_lease_latency(
     reliability_form: Form,
     reliability_reports: Reports,
 ) -> None:
-    jobs = reliability_form.pick(30_000, 1_000_000)
+    jobs = reliability_form.pick(20_000, 1_000_000)
     hang_guard = reliability_form.pick(300.0, 7200.0)  # a hang fails; it is not a speed check
     protocol = backend_config["protocol"]
     watch = RedisWatch(backend_config["url"]) if protocol == "redis" else None
@@ -279,8 +302,8 @@ def test_a_worker_drains_a_big_backlog_with_flat_memory_and_lease_latency(
         f"rss_{round(f * 100)}pct_mib": at_fraction(samples, jobs, f).rss_kib / 1024
         for f in (0.1, 0.25, 0.5, 0.75, 1.0)
     }
-    full = lease_figures(run.windows["full"])
-    small = lease_figures(run.windows["1k"])
+    lease = lease_figures(run.windows)
+    full_p50, small_p50 = lease["lease_p50_ms"]["full"], lease["lease_p50_ms"]["1k"]
     details: dict[str, Any] = {
         "event_loop": event_loop,
         "fill_s": fill_s,
@@ -289,8 +312,8 @@ def test_a_worker_drains_a_big_backlog_with_flat_memory_and_lease_latency(
         **rss_mib,
         "rss_end_mib": end.rss_kib / 1024,
         "rss_max_mib": max(s.rss_kib for s in samples) / 1024,
-        "lease_full": full,
-        "lease_1k": small,
+        **lease,
+        "lease_mean_ms_by_quarter": lease_by_quarter(run.progress, jobs),
         # The machine is shared: how busy it was says how much the times mean.
         "load_1min_before": load_before,
         "load_1min_after": os.getloadavg()[0],
@@ -336,8 +359,8 @@ def test_a_worker_drains_a_big_backlog_with_flat_memory_and_lease_latency(
     assert growth < RSS_GROWTH_MAX_MIB, (
         f"worker RSS grew {growth:.1f} MiB after warm-up over {jobs} jobs: {rss_mib}"
     )
-    assert full["p50_ms"] / 1000 < LEASE_SLOWER_MAX * small["p50_ms"] / 1000 + LEASE_SLACK_S, (
-        f"a lease call at {jobs} jobs pending is much slower than at 1,000: {full} vs {small}"
+    assert full_p50 / 1000 < LEASE_SLOWER_MAX * small_p50 / 1000 + LEASE_SLACK_S, (
+        f"a lease call at {jobs} jobs pending is much slower than at 1,000: {lease}"
     )
     if protocol == "redis":
         assert baseline is not None
