@@ -45,6 +45,7 @@ CONCURRENCY = 50  # what `blamequeue bench` uses
 SWEEP_INTERVAL = 1.0  # the worker's: prunes done jobs past retain_done as it goes
 REDIS_RETAIN_DONE = 5.0
 SAMPLE = 0.2  # seconds between RSS / used_memory samples
+PROGRESS_LAG = 1.5  # the worker writes its progress every second
 MIB = 1024 * 1024
 
 # After warm-up (the first tenth of the backlog) a worker's RSS may still move by allocator
@@ -60,6 +61,9 @@ LEASE_SLACK_S = 0.020
 # After the drain and one retain_done, Redis holds what it held before the fill, plus its
 # own bookkeeping (dict tables shrink lazily): never the million jobs (hundreds of MiB).
 REDIS_LEFT_MAX_MIB = 32.0
+# Done jobs may outlive retain_done by a late sweep on a busy machine, never by much: the
+# retained ones are at most those finished within retain_done plus this.
+RETENTION_SLACK_S = 30.0
 
 
 @attrs.define
@@ -218,6 +222,15 @@ def at_fraction(samples: list[Sample], jobs: int, fraction: float) -> Sample:
     return next(s for s in samples if s.succeeded >= fraction * jobs)
 
 
+def finished_within(samples: list[Sample], sample: Sample, seconds: float) -> int:
+    """At least the jobs the worker finished in the ``seconds`` up to ``sample``.  A sample's
+    count is the worker's last progress line, at most a second old, so the count ``sample``
+    ends with is read from a sample taken ``PROGRESS_LAG`` later."""
+    later = next((s for s in samples if s.at >= sample.at + PROGRESS_LAG), samples[-1])
+    before = [s for s in samples if s.at <= sample.at - seconds]
+    return later.succeeded - (before[-1].succeeded if before else 0)
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
@@ -304,6 +317,7 @@ def test_a_worker_drains_a_big_backlog_with_flat_memory_and_lease_latency(
     }
     lease = lease_figures(run.windows)
     full_p50, small_p50 = lease["lease_p50_ms"]["full"], lease["lease_p50_ms"]["1k"]
+    overdue: list[Sample] = []
     details: dict[str, Any] = {
         "event_loop": event_loop,
         "fill_s": fill_s,
@@ -335,6 +349,17 @@ def test_a_worker_drains_a_big_backlog_with_flat_memory_and_lease_latency(
             ) / MIB
         details["redis_end_mib"] = (end.used_memory or 0) / MIB
         details["done_retained_max"] = max(s.done_retained or 0 for s in samples)
+        # What retain_done lets Redis hold: the jobs finished in the last retain_done, plus
+        # a sweep interval.
+        retention = REDIS_RETAIN_DONE + SWEEP_INTERVAL
+        details["done_retained_over_window_max"] = max(
+            (s.done_retained or 0) / max(1, finished_within(samples, s, retention)) for s in samples
+        )
+        overdue = [
+            s
+            for s in samples
+            if (s.done_retained or 0) > finished_within(samples, s, retention + RETENTION_SLACK_S)
+        ]
     reliability_reports.add(
         ScenarioReport(
             scenario="soak",
@@ -363,6 +388,10 @@ def test_a_worker_drains_a_big_backlog_with_flat_memory_and_lease_latency(
         f"a lease call at {jobs} jobs pending is much slower than at 1,000: {lease}"
     )
     if protocol == "redis":
+        assert not overdue, (
+            f"Redis kept done jobs far past retain_done: {overdue[0]} (retain_done "
+            f"{REDIS_RETAIN_DONE} s, sweep every {SWEEP_INTERVAL} s)"
+        )
         assert baseline is not None
         left = ((end.used_memory or 0) - baseline) / MIB
         assert left < REDIS_LEFT_MAX_MIB, (
