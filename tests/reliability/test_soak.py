@@ -2,7 +2,7 @@
 
 The test fills the queue first (1,000,000 jobs in the long form), then starts one worker
 process (``soak_worker.py``, so the RSS sampled is the worker's alone) and watches it drain the
-backlog down to nothing: the worker's ``VmRSS`` from ``/proc`` twice a second, the duration of
+backlog down to nothing: the worker's ``VmRSS`` from ``/proc`` every 0.2 s, the duration of
 every lease call it makes (timed inside the worker, filed by the backlog the call met), and on
 Redis the server's ``used_memory`` and retained done jobs, with a short ``retain_done`` so the
 worker's sweep prunes them as it goes.  Afterwards every job enqueued must have run exactly once
