@@ -164,10 +164,19 @@ def test_queues_counts_every_state_of_every_queue(run_cli: RunCli, db: Path) -> 
     result = run_cli("queues", "--path", str(db))
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert lines[0].split() == ["BACKEND", "QUEUE", "PENDING", "INFLIGHT", "PARKED", "DONE", "DEAD"]
+    assert lines[0].split() == [
+        "BACKEND",
+        "QUEUE",
+        "PENDING",
+        "INFLIGHT",
+        "PARKED",
+        "DONE",
+        "DEAD",
+        "CANCELLED",
+    ]
     assert [line.split() for line in lines[2:]] == [
-        ["default", "digests", "1", "0", "0", "0", "0"],
-        ["default", QUEUE, "2", "0", "0", "1", "1"],
+        ["default", "digests", "1", "0", "0", "0", "0", "0"],
+        ["default", QUEUE, "2", "0", "0", "1", "1", "0"],
     ]
     document = json_of(run_cli("queues", "--path", str(db), "--json"))
     assert document["queues"][1] == {
@@ -179,6 +188,7 @@ def test_queues_counts_every_state_of_every_queue(run_cli: RunCli, db: Path) -> 
         "parked": 0,
         "done": 1,
         "dead": 1,
+        "cancelled": 0,
     }
 
 

@@ -58,6 +58,15 @@ def test_enqueue_honours_every_option(run_cli: RunCli, db: Path) -> None:
     assert job["available_at"] > job["created_at"]
 
 
+def test_enqueue_with_a_unique_key_prints_the_live_jobs_id(run_cli: RunCli, db: Path) -> None:
+    first = run_cli("enqueue", QUEUE, "1", "--unique-key", "k", "--path", str(db))
+    again = run_cli(
+        "enqueue", QUEUE, "2", "--unique-key", "k", "--unique-for", "60", "--path", str(db)
+    )
+    assert first.returncode == again.returncode == 0, again.stderr
+    assert again.stdout == first.stdout
+
+
 def test_enqueue_reads_the_payload_from_stdin(db: Path, tmp_path: Path) -> None:
     result = subprocess.run(
         command("enqueue", QUEUE, "-", "--path", str(db), "--json"),

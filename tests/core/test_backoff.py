@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import math
+from typing import Any
 
 import pytest
 
@@ -13,7 +15,7 @@ from blamequeue import (
     QueueError,
     ScheduleBackoff,
 )
-from blamequeue._backoff import parse_backoff
+from blamequeue._backoff import _STRATEGIES, parse_backoff
 
 
 def test_default_backoff_doubles_from_one_second_and_caps_at_five_minutes() -> None:
@@ -47,6 +49,22 @@ def test_schedule_backoff_follows_the_list_then_repeats_its_last_delay() -> None
     backoff = parse_backoff([10, 30, 60])
     assert isinstance(backoff, ScheduleBackoff)
     assert [backoff.delay(n, "j") for n in (1, 2, 3, 4, 9)] == [10, 30, 60, 60, 60]
+
+
+@pytest.mark.parametrize("name", sorted(_STRATEGIES))
+def test_every_strategy_derives_its_jitter_from_a_hash_of_job_id_and_attempt(name: str) -> None:
+    required: dict[str, dict[str, Any]] = {
+        "fixed": {"delay": 40},
+        "schedule": {"schedule": [40, 80]},
+    }
+    options = {"strategy": name, **required.get(name, {})}
+    plain, jittered = parse_backoff(options), parse_backoff({**options, "jitter": 0.5})
+    for job_id in ("job-a", "job-b"):
+        for attempt in (1, 2, 3):
+            digest = hashlib.blake2b(f"{job_id}:{attempt}".encode(), digest_size=8).digest()
+            fraction = int.from_bytes(digest, "big") / 2**64
+            full = plain.delay(attempt, job_id)
+            assert jittered.delay(attempt, job_id) == full * (1.0 - 0.5 * fraction)
 
 
 def test_jitter_is_reproducible_from_job_id_and_attempt() -> None:

@@ -35,7 +35,13 @@ SPEC_CODES = {
     "queue/result-timeout",
 }
 # Codes beyond SPEC §2's list, each for a case the list has no word for.
-EXTENSION_CODES = {"queue/inspection-unsupported"}
+EXTENSION_CODES = {
+    "queue/inspection-unsupported",
+    "queue/limits-unsupported",
+    "queue/unique-unsupported",
+    "queue/results-unsupported",
+    "queue/cancel-unsupported",
+}
 
 
 def test_the_codes_are_the_specified_set_plus_documented_extensions() -> None:

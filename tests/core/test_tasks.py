@@ -430,3 +430,31 @@ async def test_queue_fake_runs_tasks_with_their_payload_type(bq_queue: Queue) ->
     assert await fake.run_job(PrintInvoice, Invoice(number=3)) is None
     err = await fake.expect_job_to_fail(PrintInvoice, {"wrong": "shape"}, TypeError)
     assert "unexpected keyword argument 'wrong'" in str(err)
+
+
+async def test_task_timeout_is_enforced_on_the_worker(
+    bq_queue: Queue, bq_clock: VirtualClock
+) -> None:
+    started = anyio.Event()
+
+    @bq_queue.task(timeout=600, tries=1)
+    async def slow(payload: Any, ctx: JobContext) -> None:
+        started.set()
+        await anyio.sleep_forever()
+
+    job_id = await slow.dispatch({})
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_run_all, bq_queue, "default")
+        await started.wait()
+        bq_clock.advance(600)
+    (dead,) = await bq_queue.dlq_list("default")
+    assert dead.job_id == job_id
+    assert (dead.last_error or "").startswith("timeout: handler ran longer than 600")
+
+
+async def test_builder_timeout_overrides_the_task(bq_queue: Queue) -> None:
+    bq_queue.register(SendWelcomeEmail)
+    job_id = await bq_queue.job(SendWelcomeEmail, Welcome(email="t")).timeout(5).dispatch()
+    stored = await bq_queue._runtime(None).backend.get_job(job_id)
+    assert stored is not None
+    assert '"timeout": 5.0' in (stored.meta or "")

@@ -166,7 +166,14 @@ async def test_another_connection_sees_the_workers_and_counts(tmp_path: Path) ->
         assert [w.id for w in await two.list_workers(alive_since=0)] == ["worker-1"]
         counts = await two.queue_counts()
         assert counts["q"]["pending"] == 1
-        assert counts["other"] == {"pending": 1, "inflight": 0, "parked": 0, "done": 0, "dead": 0}
+        assert counts["other"] == {
+            "pending": 1,
+            "inflight": 0,
+            "parked": 0,
+            "done": 0,
+            "dead": 0,
+            "cancelled": 0,
+        }
         stored = await two.get_job("a")
         assert stored is not None
         assert stored.state == "pending"

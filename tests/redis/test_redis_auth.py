@@ -161,3 +161,25 @@ async def test_a_user_without_access_to_the_keys_gets_a_clear_error(
         assert not info.value.retryable
         assert "permission" in info.value.message
         assert queue.list_backends()[0].breaker_state == "closed"
+
+
+async def test_results_without_the_events_channels_fall_back_to_polling(
+    locked_server: RedisServer,
+) -> None:
+    # Redis 7 ACL users get no pub/sub channels unless granted (&pattern): settling must not
+    # fail on the settle script's PUBLISH, and result() polls instead of subscribing.
+    queue = Queue(
+        backends={"r": config(locked_server.url, username="worker", password="worker-pw")}
+    )
+    async with queue:
+        job_id = await queue.enqueue("q", 20)
+        values: list[object] = []
+        async with anyio.create_task_group() as tg:
+
+            async def wait() -> None:
+                values.append(await queue.result(job_id, timeout=30))
+
+            tg.start_soon(wait)
+            await anyio.sleep(0.05)
+            assert (await queue.tick("q", lambda job, ctx: job.payload + 1)).succeeded == 1
+        assert values == [21]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,10 @@ import pytest
 from reliability_report import CALL_FAILED, REPORT_VARIABLE, Form, Reports, Tally, current_form
 
 _REPORTS_KEY = pytest.StashKey[Reports]()
+
+# The Redis scenarios start their servers with the redis backend's own test helpers
+# (tests/redis/redis_helpers.py), which pytest puts on sys.path only when it collects tests/redis.
+sys.path.append(str(Path(__file__).parents[1] / "redis"))
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -82,6 +82,9 @@ async def test_a_call_the_real_method_would_not_accept_is_a_type_error(
         ({"delay": -1}, "queue/bad-argument"),
         ({"priority": 1.5}, "queue/bad-argument"),
         ({"max_attempts": 0}, "queue/bad-argument"),
+        ({"unique_key": ""}, "queue/bad-argument"),
+        ({"unique_for": 60}, "queue/bad-argument"),
+        ({"timeout": 0}, "queue/bad-argument"),
     ],
 )
 async def test_bad_arguments_are_refused_like_the_real_enqueue(
@@ -99,6 +102,15 @@ async def test_a_payload_that_is_not_json_is_refused(bq_queue: Queue, bq_fake: Q
     assert info.value.code == "queue/bad-payload"
     with pytest.raises(BadArgumentError):
         await bq_queue.enqueue_many("q", [1, {2, 3}])
+    bq_fake.assert_nothing_dispatched()
+
+
+async def test_enqueue_many_refuses_a_unique_key_like_the_real_call(
+    bq_queue: Queue, bq_fake: QueueFake
+) -> None:
+    with pytest.raises(BadArgumentError) as info:
+        await bq_queue.enqueue_many("q", [1, 2], unique_key="k")
+    assert info.value.code == "queue/bad-argument"
     bq_fake.assert_nothing_dispatched()
 
 
@@ -268,6 +280,20 @@ async def test_run_job_calls_a_plain_handler_with_a_sync_context(bq_fake: QueueF
     assert await bq_fake.run_job(handler, 21) == 42
     assert isinstance(bq_fake.last_context, SyncFakeJobContext)
     assert bq_fake.last_context.progress_updates == [(100.0, None)]
+
+
+async def test_run_job_hands_a_flow_child_the_dependency_results_it_is_given(
+    bq_fake: QueueFake,
+) -> None:
+    async def report(job: Job, ctx: Any) -> int:
+        results = await ctx.dependency_results()
+        return int(results["fetch"]["rows"]) + 1
+
+    def plain(job: Job, ctx: Any) -> dict[str, Any]:
+        return dict(ctx.dependency_results())
+
+    assert await bq_fake.run_job(report, None, dependency_results={"fetch": {"rows": 41}}) == 42
+    assert await bq_fake.run_job(plain, None) == {}
 
 
 async def test_context_checks_its_arguments_like_the_real_one(bq_fake: QueueFake) -> None:

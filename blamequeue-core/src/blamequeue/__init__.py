@@ -27,6 +27,7 @@ from ._models import (
     TickResult,
     WorkerInfo,
 )
+from ._progress import JobEvent, Subscription
 from ._queue import Queue
 from ._tasks import FunctionTask, PendingDispatch, Task, TaskRegistry, task
 from .errors import QueueError
@@ -51,6 +52,7 @@ __all__ = [
     "FunctionTask",
     "Job",
     "JobContext",
+    "JobEvent",
     "JobInfo",
     "JobPage",
     "JsonlAuditSink",
@@ -64,6 +66,7 @@ __all__ = [
     "ScheduleBackoff",
     "Task",
     "TaskRegistry",
+    "Subscription",
     "TickResult",
     "WorkerInfo",
     "__version__",

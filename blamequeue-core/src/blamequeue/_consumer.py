@@ -17,10 +17,13 @@ from collections.abc import Awaitable, Callable
 import anyio
 import attrs
 
+from ._cancellation import stop_cancelled
 from ._execution import Attempt, Handler, SettleCounts, release, run_attempt, settle
+from ._limits import lease_call
 from ._models import RateLimit
 from ._presence import Presence
 from ._runtime import BackendRuntime
+from .abc import LeaseLimits
 from .errors import QueueError
 
 __all__ = ["Consumer", "ConsumerStats"]
@@ -56,6 +59,7 @@ class Consumer:
         fast_poll: float,
         rate_limit: RateLimit | None,
         heartbeat: bool,
+        limits: LeaseLimits | None = None,
     ) -> None:
         self.queue_name = queue_name
         self.backend = runtime.name
@@ -68,6 +72,12 @@ class Consumer:
         self._fast_poll = fast_poll
         self._rate_limit = rate_limit
         self._heartbeat = heartbeat
+        self._limits = limits
+        # A lease the fleet's rate limit cut short comes back empty; ask again once the
+        # bucket has refilled, not a whole poll interval later.
+        self._empty_wait = poll_interval
+        if limits is not None and limits.rate_per_seconds is not None:
+            self._empty_wait = min(poll_interval, limits.rate_per_seconds)
         self._held = 0
         self._running: dict[str, tuple[Attempt, anyio.CancelScope]] = {}
         self._to_settle: list[Attempt] = []
@@ -178,7 +188,6 @@ class Consumer:
 
     async def _lease_loop(self) -> None:
         runtime = self._runtime
-        backend = runtime.backend
         clock = runtime.clock
         while True:
             free = self.concurrency - self._held
@@ -191,19 +200,17 @@ class Consumer:
             try:
                 leases = await runtime.call(
                     "lease",
-                    functools.partial(
-                        backend.lease,
+                    lease_call(
+                        runtime,
                         self.queue_name,
                         limit=limit,
                         now=asked_at,
                         lease_seconds=self.lease,
+                        limits=self._limits,
                     ),
                 )
             except QueueError as exc:
-                self._lease_errors += 1
-                delay = min(
-                    self._poll_interval * 2 ** min(self._lease_errors, 8), _MAX_ERROR_BACKOFF
-                )
+                delay = self._lease_retry_delay()
                 log.warning(
                     "consumer of %r on backend %r could not lease (%s); retrying in %.2f s",
                     self.queue_name,
@@ -215,7 +222,7 @@ class Consumer:
                 continue
             self._lease_errors = 0
             if not leases:
-                await self._idle(wake, asked_at, self._poll_interval)
+                await self._idle(wake, asked_at, self._empty_wait)
                 continue
             self._held += len(leases)
             self.stats.leased += len(leases)
@@ -227,6 +234,19 @@ class Consumer:
                 await self._idle(wake, asked_at, self._fast_poll)
             else:
                 await anyio.lowlevel.checkpoint()
+
+    def _lease_retry_delay(self) -> float:
+        """How long to wait after a failed lease.  While the breaker is open: until it lets a
+        call through again.  Its refusals never reached the backend, so they say nothing new
+        and must not grow the backoff (else a long outage keeps the consumer asleep up to
+        :data:`_MAX_ERROR_BACKOFF` after the backend is back).  Else: exponential backoff on
+        the failures in a row."""
+        reopens_in = self._runtime.guard.breaker.retry_in()
+        if reopens_in > 0:
+            return reopens_in
+        self._lease_errors += 1
+        backoff: float = self._poll_interval * 2 ** min(self._lease_errors, 8)
+        return min(backoff, _MAX_ERROR_BACKOFF)
 
     async def _allowance(self, free: int) -> int:
         """How many jobs the rate limit lets start now (waits until at least one)."""
@@ -308,7 +328,11 @@ class Consumer:
             self.stats.add(counts)
             self._held -= 1
             raise
-        if attempt.settlement is None:
+        if attempt.state.cancelled:
+            # Queue.cancel already ended the job in the store; its lease settles nothing.
+            attempt.settlement = None
+            self.stats.stale += 1
+        elif attempt.settlement is None:
             # Cancelled at shutdown: give the job back now rather than after its lease.
             attempt.settlement = release(self._runtime, attempt)
         self._to_settle.append(attempt)
@@ -324,6 +348,9 @@ class Consumer:
                 await settle(self._runtime, batch, counts)
             self.stats.add(counts)
             self._held -= len(batch)
+            if self._limits is not None and self._limits.group_concurrency is not None:
+                # A settled job may free its group's slot: idle consumers here may lease.
+                self._runtime.notify(self.queue_name)
             self._capacity_changed.set()
             self._capacity_changed = anyio.Event()
 
@@ -350,5 +377,8 @@ class Consumer:
             for attempt, ok in zip(attempts, held, strict=True):
                 if ok:
                     attempt.state.expires_at = target
+                elif ok is None:
+                    running = self._running.get(attempt.job.id)
+                    stop_cancelled(attempt.state, running[1] if running else None)
                 else:
                     attempt.state.lost = True

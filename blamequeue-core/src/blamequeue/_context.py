@@ -11,6 +11,8 @@ import attrs
 
 from ._clock import to_datetime
 from ._models import Job
+from ._progress import publish_progress
+from ._results import dependency_results
 from .errors import BadArgumentError
 
 if TYPE_CHECKING:
@@ -31,6 +33,8 @@ class LeaseState:
     token: str
     expires_at: float
     lost: bool = False
+    cancelled: bool = False
+    """The job was cancelled (``Queue.cancel``) while this lease held it."""
     progress: float = 0.0
     last_progress_audit: float = -math.inf
     completion_audited: bool = False
@@ -53,6 +57,12 @@ class JobContext:
         """True once the backend said another worker owns this job (the result will be
         counted ``stale``, not applied)."""
         return self._lease.lost
+
+    @property
+    def cancelled(self) -> bool:
+        """True once the worker learnt that the job was cancelled (``Queue.cancel``).  An async
+        handler is cancelled then; a plain ``def`` handler cannot be and may check this."""
+        return self._lease.cancelled
 
     async def extend_lease(self, seconds: float) -> bool:
         """Keep the job ``seconds`` longer than its lease currently runs (at least ``seconds``
@@ -78,10 +88,20 @@ class JobContext:
             self._lease.expires_at = target
             return True
         self._lease.lost = True
+        if held and held[0] is None:
+            self._lease.cancelled = True
         return False
 
+    async def dependency_results(self) -> dict[str, Any]:
+        """The results of the jobs this flow job depends on: ``{child name: value}`` (``{}``
+        for a job outside a flow).  A dependency pruned after ``retain_done`` raises
+        ``queue/job-not-found``; one whose value JSON could not hold, ``queue/bad-payload``."""
+        return await dependency_results(self._runtime, self.job.id, self.job.flow_id)
+
     async def progress(self, percent: float, data: Any = None) -> None:
-        """Report progress (0..100).  Recorded in the audit trail, rate-limited."""
+        """Report progress (0..100): a live event to every ``Queue.subscribe`` of this job,
+        in any process (``data`` must be JSON-serialisable, else ``queue/bad-payload``), and
+        a rate-limited marker in the audit trail."""
         if (
             isinstance(percent, bool)
             or not isinstance(percent, int | float)
@@ -92,6 +112,7 @@ class JobContext:
                 f"progress(percent) must be between 0 and 100, got {percent!r}",
             )
         self._lease.progress = float(percent)
+        await publish_progress(self._runtime, self.job, percent, data)
         now = self._runtime.clock.now()
         if percent >= 100:
             if self._lease.completion_audited:
@@ -129,8 +150,15 @@ class SyncJobContext:
     def lease_lost(self) -> bool:
         return self._context.lease_lost
 
+    @property
+    def cancelled(self) -> bool:
+        return self._context.cancelled
+
     def extend_lease(self, seconds: float) -> bool:
         return anyio.from_thread.run(self._context.extend_lease, seconds)
 
     def progress(self, percent: float, data: Any = None) -> None:
         anyio.from_thread.run(self._context.progress, percent, data)
+
+    def dependency_results(self) -> dict[str, Any]:
+        return anyio.from_thread.run(self._context.dependency_results)

@@ -19,8 +19,10 @@ from ._backoff import parse_backoff
 from ._clock import to_datetime
 from ._context import JobContext, LeaseState, SyncJobContext
 from ._models import DeadLetter, Job
+from ._results import encode_result
 from ._runtime import BackendRuntime
 from ._tasks import CONTEXT_META_KEY, TASK_META_KEY, TaskRegistry
+from ._timeouts import run_within, timeout_error, timeout_of
 from .abc import Lease, Settlement, StoredJob
 from .errors import QueueError
 
@@ -62,6 +64,7 @@ def to_job(runtime: BackendRuntime, stored: StoredJob) -> Job:
         flow_id=stored.flow_id,
         task=task if isinstance(task, str) else None,
         context=context if isinstance(context, dict) else {},
+        group_key=stored.group_key,
     )
 
 
@@ -165,8 +168,23 @@ def release(runtime: BackendRuntime, attempt: Attempt) -> Settlement:
 async def run_attempt(runtime: BackendRuntime, attempt: Attempt, handler: Handler) -> Settlement:
     """Run the handler once and return the settlement to apply.
 
-    Cancellation is not caught here: the caller decides (shutdown releases the job).
+    A job enqueued with a ``timeout`` is cancelled once it runs longer (on the queue's clock)
+    and fails like a raising handler.  Cancellation from outside is not caught here: the
+    caller decides (shutdown releases the job).
     """
+    seconds = timeout_of(_meta(attempt.job))
+    if seconds is None:
+        return await _run_handler(runtime, attempt, handler)
+    expired, settlement = await run_within(
+        runtime.clock, seconds, lambda: _run_handler(runtime, attempt, handler)
+    )
+    if expired or settlement is None:
+        # A thread handler is abandoned, not stopped: whatever it returns later is dropped.
+        return failure(runtime, attempt, timeout_error(seconds))
+    return settlement
+
+
+async def _run_handler(runtime: BackendRuntime, attempt: Attempt, handler: Handler) -> Settlement:
     try:
         job = to_job(runtime, attempt.job)
     except QueueError as exc:
@@ -188,7 +206,7 @@ async def run_attempt(runtime: BackendRuntime, attempt: Attempt, handler: Handle
     context = JobContext(job, attempt.state, runtime)
     try:
         if _is_async(handler):
-            await handler(job, context)
+            value = await handler(job, context)
         else:
             call = functools.partial(_call_catching, handler, job, SyncJobContext(context))
             result, raised = await anyio.to_thread.run_sync(
@@ -198,18 +216,19 @@ async def run_attempt(runtime: BackendRuntime, attempt: Attempt, handler: Handle
                 # Handed over as a value: re-raised here, a GeneratorExit from the thread would
                 # be taken by asyncio as the end of this task.
                 return failure(runtime, attempt, describe_error(raised), raised)
-            if inspect.isawaitable(result):
-                await result
+            value = await result if inspect.isawaitable(result) else result
     except anyio.get_cancelled_exc_class():
         raise
     except BaseException as exc:
         return failure(runtime, attempt, describe_error(exc), exc)
+    keep = runtime.retain_done > 0
     return Settlement(
         job_id=attempt.job.id,
         token=attempt.lease.token,
         outcome="done",
         at=runtime.clock.now(),
-        keep=runtime.retain_done > 0,
+        keep=keep,
+        result=None if value is None or not keep else encode_result(runtime.codec, value, job.id),
     )
 
 

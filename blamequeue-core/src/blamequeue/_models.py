@@ -54,6 +54,8 @@ class Job:
     """The task name, for jobs dispatched as tasks (``queue.job(...)``, ``Task.dispatch``)."""
     context: Mapping[str, Any] = attrs.field(factory=dict)
     """The values the dispatcher attached with ``with_context(...)``."""
+    group_key: str | None = None
+    """The group it was enqueued in (``enqueue(..., group_key=...)``), if any."""
 
 
 @attrs.frozen(kw_only=True)
@@ -64,11 +66,12 @@ class JobInfo:
     job: Job
     state: JobState
     """``pending`` (delayed ones too), ``inflight``, ``parked`` (a flow child waiting for its
-    dependencies), ``done`` (kept ``retain_done`` seconds) or ``dead`` (in the DLQ)."""
+    dependencies), ``done`` (kept ``retain_done`` seconds), ``dead`` (in the DLQ) or
+    ``cancelled`` (by :meth:`Queue.cancel`; kept like ``done``)."""
     backend: str
     """The name of the backend holding it."""
     finished_at: datetime | None = None
-    """When it became ``done`` or ``dead``."""
+    """When it became ``done``, ``dead`` or ``cancelled``."""
     depends_on: tuple[str, ...] = ()
     """Ids of the flow siblings it waits for."""
     payload_error: str | None = None
@@ -95,6 +98,7 @@ class QueueInfo:
     parked: int = 0
     done: int = 0
     dead: int = 0
+    cancelled: int = 0
 
     @property
     def size(self) -> int:
@@ -194,7 +198,9 @@ class RateLimit:
     per_seconds: float = attrs.field(validator=_positive_seconds)
 
     @classmethod
-    def coerce(cls, value: RateLimit | Mapping[str, Any] | None) -> RateLimit | None:
+    def coerce(
+        cls, value: RateLimit | Mapping[str, Any] | None, what: str = "rate_limit"
+    ) -> RateLimit | None:
         if value is None or isinstance(value, RateLimit):
             return value
         if isinstance(value, Mapping):
@@ -202,9 +208,9 @@ class RateLimit:
                 return cls(**value)
             except TypeError as exc:
                 keys = sorted(map(repr, value))
-                message = f"rate_limit takes the keys 'max' and 'per_seconds', got {keys}"
+                message = f"{what} takes the keys 'max' and 'per_seconds', got {keys}"
                 raise _bad(message) from exc
-        raise _bad(f"rate_limit must be a RateLimit or a mapping, got {type(value).__name__}")
+        raise _bad(f"{what} must be a RateLimit or a mapping, got {type(value).__name__}")
 
 
 @attrs.frozen(kw_only=True)
@@ -244,8 +250,8 @@ class FlowChildStatus:
     name: str
     job_id: str
     state: JobState
-    """``parked`` (waiting for its dependencies), ``pending``, ``inflight``, ``done`` or
-    ``dead``."""
+    """``parked`` (waiting for its dependencies), ``pending``, ``inflight``, ``done``,
+    ``dead`` or ``cancelled``."""
 
 
 @attrs.frozen(kw_only=True)

@@ -16,6 +16,7 @@ from anyio.abc import TaskGroup
 
 from ._audit import Auditor, AuditSink, registered_sinks
 from ._backoff import parse_backoff
+from ._cancellation import cancel_job
 from ._clock import SystemClock
 from ._consumer import Consumer
 from ._environment import config_from_env
@@ -31,6 +32,7 @@ from ._inspection import (
     to_queue_info,
     to_worker_info,
 )
+from ._limits import check_group_key, parse_lease_limits
 from ._models import (
     BackendStatus,
     BreakerState,
@@ -50,11 +52,15 @@ from ._models import (
 )
 from ._plugins import load_registry
 from ._presence import LIVE_FOR
+from ._progress import Subscription
+from ._results import check_timeout, require_results, wait_for_result
 from ._runtime import BackendRuntime, build_runtime
 from ._sealing import parse_seal_config
 from ._tasks import FunctionTask, PendingDispatch, Task, TaskRegistry, to_wire
 from ._tasks import task as declare_task
 from ._tick import run_tick
+from ._timeouts import TIMEOUT_KEY
+from ._uniqueness import enqueue_unique, refuse_in_batch, unique_claim
 from ._validation import (
     check_callable,
     check_delay,
@@ -324,6 +330,8 @@ class Queue:
         trace_id: Any,
         backoff: Any,
         extra_meta: Mapping[str, Any] | None = None,
+        group_key: Any = None,
+        timeout: Any = None,
     ) -> list[NewJob]:
         check_queue_name(queue_name)
         priority = check_priority(priority)
@@ -331,6 +339,7 @@ class Queue:
         attempts = check_max_attempts(max_attempts) or runtime.max_attempts
         classification = check_optional_str(classification, "classification")
         trace_id = check_optional_str(trace_id, "trace_id")
+        group_key = check_group_key(group_key, runtime)
         caps = runtime.backend.capabilities
         if priority != 0 and not caps.priority:
             raise BadArgumentError(
@@ -346,6 +355,8 @@ class Queue:
         fields: dict[str, Any] = dict(extra_meta or {})
         if backoff is not None:
             fields["backoff"] = parse_backoff(backoff).to_spec()
+        if timeout is not None:
+            fields[TIMEOUT_KEY] = check_positive_seconds(timeout, "timeout")
         try:
             meta = json.dumps(fields) if fields else None
         except (TypeError, ValueError) as exc:
@@ -368,6 +379,7 @@ class Queue:
                 classification=classification,
                 trace_id=trace_id,
                 meta=meta,
+                group_key=group_key,
             )
             for payload in payloads
         ]
@@ -385,9 +397,28 @@ class Queue:
         classification: str | None = None,
         trace_id: str | None = None,
         backoff: Any = None,
+        group_key: str | None = None,
+        unique_key: str | None = None,
+        unique_for: float | None = None,
+        timeout: float | None = None,
     ) -> str:
-        """Durably hand a job over and return its id.  Returns before any worker runs it."""
+        """Durably hand a job over and return its id.  Returns before any worker runs it.
+
+        ``group_key`` puts the job in a group (a tenant, an account): consumers given
+        ``group_concurrency=N`` run at most ``N`` jobs of one group at once across the fleet.
+
+        ``unique_key``: while a job of this queue enqueued with the same key is pending
+        (delayed included) or inflight, store nothing and return that job's id.  The key is
+        held until that job leaves those states or ``unique_for`` seconds (``None``: no limit)
+        after its enqueue, whichever comes first.  A backend without the ``unique`` capability
+        refuses with ``queue/unique-unsupported``.
+
+        ``timeout``: seconds (positive, finite) a handler may run on this job; past it the
+        handler is cancelled and the attempt fails with a last error starting ``"timeout:"``
+        (retried with backoff, or dead-lettered when no attempts remain).
+        """
         runtime = self._runtime(backend)
+        claim = unique_claim(unique_key, unique_for)
         jobs = self._build_jobs(
             runtime,
             queue_name,
@@ -398,10 +429,16 @@ class Queue:
             classification=classification,
             trace_id=trace_id,
             backoff=backoff,
+            group_key=group_key,
+            timeout=timeout,
         )
-        await runtime.call("enqueue", lambda: runtime.backend.enqueue(jobs))
+        if claim is not None:
+            job_id = await enqueue_unique(runtime, jobs[0], claim)
+        else:
+            await runtime.call("enqueue", lambda: runtime.backend.enqueue(jobs))
+            job_id = jobs[0].id
         runtime.notify(queue_name)
-        return jobs[0].id
+        return job_id
 
     async def enqueue_many(
         self,
@@ -415,8 +452,17 @@ class Queue:
         classification: str | None = None,
         trace_id: str | None = None,
         backoff: Any = None,
+        group_key: str | None = None,
+        unique_key: str | None = None,
+        unique_for: float | None = None,
+        timeout: float | None = None,
     ) -> list[str]:
-        """Enqueue every payload in one round trip (all or none); ids in the same order."""
+        """Enqueue every payload in one round trip (all or none); ids in the same order.
+
+        Takes no ``unique_key`` / ``unique_for`` (``queue/bad-argument``): enqueue unique jobs
+        one by one with :meth:`enqueue`.
+        """
+        refuse_in_batch(unique_key, unique_for)
         runtime = self._runtime(backend)
         if isinstance(payloads, str | bytes | Mapping) or not isinstance(payloads, Iterable):
             raise BadArgumentError(
@@ -434,6 +480,8 @@ class Queue:
             classification=classification,
             trace_id=trace_id,
             backoff=backoff,
+            group_key=group_key,
+            timeout=timeout,
         )
         if not jobs:
             return []
@@ -466,7 +514,8 @@ class Queue:
             classification=None,
             trace_id=None,
             backoff=backoff,
-            extra_meta=meta if timeout is None else {**meta, "timeout": timeout},
+            extra_meta=meta,
+            timeout=timeout,
         )
         await runtime.call("enqueue", lambda: runtime.backend.enqueue(jobs))
         runtime.notify(queue_name)
@@ -627,9 +676,19 @@ class Queue:
         fast_poll: float = 0.05,
         rate_limit: RateLimit | Mapping[str, Any] | None = None,
         heartbeat: bool = True,
+        global_rate_limit: RateLimit | Mapping[str, Any] | None = None,
+        group_concurrency: int | None = None,
     ) -> Consumer:
-        """Start a resident consumer in the queue's task group and return its handle."""
+        """Start a resident consumer in the queue's task group and return its handle.
+
+        ``rate_limit`` caps this consumer's own handler starts.  ``global_rate_limit`` caps
+        the leases of every consumer of the queue together (a token bucket kept in the
+        backend), and ``group_concurrency=N`` lets at most ``N`` jobs of one ``group_key`` be
+        in flight across the fleet; give every consumer of the queue the same values (see
+        the concepts page, "Fleet-wide limits").
+        """
         runtime = self._runtime(backend)
+        limits = parse_lease_limits(runtime, global_rate_limit, group_concurrency)
         consumer = Consumer(
             runtime=runtime,
             queue_name=check_queue_name(queue_name),
@@ -640,6 +699,7 @@ class Queue:
             fast_poll=check_delay(fast_poll, "fast_poll"),
             rate_limit=RateLimit.coerce(rate_limit),
             heartbeat=bool(heartbeat),
+            limits=limits,
         )
         assert self._tg is not None
         self._consumers = [c for c in self._consumers if not c.stopped]
@@ -656,9 +716,16 @@ class Queue:
         lease: float = 30.0,
         concurrency: int = 1,
         backend: str | None = None,
+        global_rate_limit: RateLimit | Mapping[str, Any] | None = None,
+        group_concurrency: int | None = None,
     ) -> TickResult:
-        """Sweep once, run at most ``max`` due jobs, settle them and return the counts."""
+        """Sweep once, run at most ``max`` due jobs, settle them and return the counts.
+
+        ``global_rate_limit`` and ``group_concurrency`` limit the batch as they limit
+        :meth:`consume` (shared with every consumer and tick of the queue).
+        """
         runtime = self._runtime(backend)
+        limits = parse_lease_limits(runtime, global_rate_limit, group_concurrency)
         check_queue_name(queue_name)
         check_callable(handler)
         max_jobs = check_positive_int(max, "max")
@@ -666,7 +733,13 @@ class Queue:
         concurrency = check_positive_int(concurrency, "concurrency")
         await self._sweep_runtime(runtime)
         return await run_tick(
-            runtime, queue_name, handler, max_jobs=max_jobs, lease=lease, concurrency=concurrency
+            runtime,
+            queue_name,
+            handler,
+            max_jobs=max_jobs,
+            lease=lease,
+            concurrency=concurrency,
+            limits=limits,
         )
 
     # -- sweeping --------------------------------------------------------------------------
@@ -784,6 +857,25 @@ class Queue:
         runtime.notify(stored.queue)
         return True
 
+    async def cancel(self, job_id: str, *, backend: str | None = None) -> bool:
+        """Cancel the job ``job_id``: it ends in the terminal state ``cancelled``.
+
+        A pending (also delayed or parked) job is removed from the queue at once.  A running
+        one is ``cancelled`` at once too, and its lease fenced; the worker running it learns
+        of it at its next heartbeat (every ``lease / 3`` seconds) and cancels the handler (a
+        plain ``def`` handler is abandoned in its thread).  A handler that finishes before
+        its worker hears of it changes nothing: the job stays ``cancelled`` (its side effects
+        may have happened).  Cancelled jobs are kept and pruned like ``done`` ones
+        (``retain_done``); flow children waiting on a cancelled job stay ``parked``, as
+        behind a dead one.
+
+        Returns True when this call cancelled the job, False when it had already finished
+        (done, dead or cancelled).  An unknown id raises ``queue/job-not-found``; a backend
+        that cannot cancel by id (``sqs``) raises ``queue/cancel-unsupported``.  Audit event
+        ``system.job.cancelled``.
+        """
+        return await cancel_job(self._runtime(backend), job_id)
+
     async def dlq_size(self, queue_name: str, *, backend: str | None = None) -> int:
         runtime = self._dlq_runtime(backend)
         check_queue_name(queue_name)
@@ -830,8 +922,8 @@ class Queue:
         cursor: str | None = None,
         backend: str | None = None,
     ) -> JobPage:
-        """One page of the queue's jobs, by state (pending, inflight, parked, done, dead) then
-        enqueue order; ``state`` keeps one state only.
+        """One page of the queue's jobs, by state (pending, inflight, parked, done, dead,
+        cancelled) then enqueue order; ``state`` keeps one state only.
 
         Pass ``page.next_cursor`` as ``cursor`` for the next page (``None``: last page).  A
         job that changes state between two pages may be missed or seen twice.  ``state`` not
@@ -867,6 +959,47 @@ class Queue:
             "list_workers", lambda: runtime.backend.list_workers(alive_since=alive_since)
         )
         return [to_worker_info(runtime.name, record) for record in records]
+
+    # -- results and progress (SPEC §10) -----------------------------------------------------
+    async def result(
+        self, job_id: str, *, timeout: float | None = None, backend: str | None = None
+    ) -> Any:
+        """Wait for the job ``job_id`` to end and return its handler's return value.
+
+        Returns at once for a job already ``done`` (while the backend retains it,
+        ``retain_done``); otherwise waits, at most ``timeout`` seconds of the queue's clock
+        (``None``: no limit).  Raises ``queue/job-failed`` (:class:`~blamequeue.errors.
+        JobFailedError`, quoting the last error) for a job that ended in any other state
+        (``dead``, ``cancelled``), ``queue/result-timeout`` when the time runs out,
+        ``queue/job-not-found`` for an id the backend does not hold, ``queue/bad-payload``
+        when the handler returned a value JSON cannot hold (the job completed anyway), and
+        ``queue/results-unsupported`` on a backend that keeps no results (``sqs``).
+        """
+        runtime = self._runtime(backend)
+        check_job_id(job_id)
+        seconds = check_timeout(timeout)
+        require_results(runtime, "return job results")
+        return await wait_for_result(runtime, job_id, seconds)
+
+    def subscribe(
+        self, job_id: str, *, timeout: float | None = None, backend: str | None = None
+    ) -> Subscription:
+        """Live events of the job ``job_id``, from whichever process runs it::
+
+            async with queue.subscribe(job_id) as events:
+                async for event in events:  # JobEvent
+                    print(event.kind, event.percent, event.data)
+
+        Yields a ``progress`` event per ``ctx.progress(...)`` published after subscribing
+        (events are not stored: earlier ones are gone), then one ``finished`` event when the
+        job ends (at once if it already has), and stops.  Entering raises
+        ``queue/job-not-found`` for an unknown id; iterating raises ``queue/result-timeout``
+        once ``timeout`` seconds of the queue's clock pass (``None``: no limit).  Backends
+        without ``progress_events`` (``sqs``) refuse with ``queue/results-unsupported``.
+        """
+        runtime = self._runtime(backend)
+        check_job_id(job_id)
+        return Subscription(runtime, job_id, check_timeout(timeout))
 
     def list_backends(self) -> list[BackendStatus]:
         if not self._started:

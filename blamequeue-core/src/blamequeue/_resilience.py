@@ -83,13 +83,17 @@ class CircuitBreaker:
             return "half-open"
         return "open"
 
+    def retry_in(self) -> float:
+        """Seconds until the breaker lets a call through again (0 unless it is open)."""
+        if self._opened_at is None:
+            return 0.0
+        return max(0.0, self.reset_timeout - (self._now() - self._opened_at))
+
     def check(self, backend: str) -> None:
         if self.state == "open":
-            assert self._opened_at is not None
-            wait = self.reset_timeout - (self._now() - self._opened_at)
             raise BackendUnavailableError(
                 f"backend {backend!r} is failing and its circuit breaker is open; calls resume "
-                f"on their own in {max(wait, 0.0):.1f} s (see list_backends() for its state)"
+                f"on their own in {self.retry_in():.1f} s (see list_backends() for its state)"
             )
 
     async def success(self) -> None:

@@ -7,8 +7,10 @@ from __future__ import annotations
 import anyio
 
 from ._execution import Attempt, Handler, SettleCounts, release, run_attempt, settle
+from ._limits import lease_call
 from ._models import TickResult
 from ._runtime import BackendRuntime
+from .abc import LeaseLimits
 from .errors import QueueError
 
 __all__ = ["run_tick"]
@@ -38,11 +40,17 @@ async def run_tick(
     max_jobs: int,
     lease: float,
     concurrency: int,
+    limits: LeaseLimits | None = None,
 ) -> TickResult:
     leases = await runtime.call(
         "lease",
-        lambda: runtime.backend.lease(
-            queue_name, limit=max_jobs, now=runtime.clock.now(), lease_seconds=lease
+        lease_call(
+            runtime,
+            queue_name,
+            limit=max_jobs,
+            now=runtime.clock.now(),
+            lease_seconds=lease,
+            limits=limits,
         ),
     )
     counts = SettleCounts()

@@ -43,33 +43,43 @@ never a read followed by a write in a second round trip.
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar, Literal, Protocol
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from typing import Any, ClassVar, Literal, Protocol, TypeVar
 
 import attrs
 
 __all__ = [
     "Backend",
     "BackendContext",
+    "CancelOutcome",
     "Capabilities",
     "Clock",
     "JOB_STATES",
     "JobCursor",
     "JobState",
+    "JobWatch",
     "Lease",
+    "LeaseLimits",
     "NewJob",
     "Settlement",
     "StoredJob",
     "StoredJobPage",
     "SweepResult",
+    "UNIQUE_HOLDING_STATES",
     "WorkerRecord",
 ]
 
-JobState = Literal["pending", "inflight", "done", "dead", "parked"]
+JobState = Literal["pending", "inflight", "done", "dead", "parked", "cancelled"]
 Outcome = Literal["done", "retry", "dead", "release"]
 
 #: Every state, in the order :meth:`Backend.list_jobs` lists them (a job's lifecycle order).
-JOB_STATES: tuple[JobState, ...] = ("pending", "inflight", "parked", "done", "dead")
+JOB_STATES: tuple[JobState, ...] = ("pending", "inflight", "parked", "done", "dead", "cancelled")
+
+#: The states in which a job holds its unique key (:meth:`Backend.enqueue_unique`): waiting to
+#: run (delayed and between retries included) or running.  A state added later in which a job
+#: still waits to run belongs here.
+UNIQUE_HOLDING_STATES: tuple[JobState, ...] = ("pending", "inflight")
 
 
 class Clock(Protocol):
@@ -105,7 +115,23 @@ class Capabilities:
       :meth:`Backend.worker_heartbeat`, :meth:`Backend.worker_gone`,
       :meth:`Backend.list_workers`).  A backend that can answer only some of them leaves it
       false and refuses the others (the defaults of :class:`Backend` do).
+    * ``unique``: :meth:`Backend.enqueue_unique` works (unique jobs, ``enqueue(...,
+      unique_key=...)``); without it the core refuses a unique key with
+      ``queue/unique-unsupported``.
+    * ``results``: keeps a ``done`` job's result (:attr:`Settlement.result`) and hands it
+      back in :attr:`StoredJob.result` (needs ``inspection``: ``Queue.result`` reads it through
+      :meth:`Backend.get_job`).  :meth:`Backend.watch_job` may wake result waiters early.
+    * ``progress_events``: :meth:`Backend.publish_progress` reaches the
+      :meth:`Backend.watch_job` watches of every process sharing the store (live events, not
+      stored); ``Queue.subscribe`` needs it.
+    * ``cancel``: :meth:`Backend.cancel` works, and :meth:`Backend.extend` reports the leases
+      of cancelled jobs (``None``), so ``Queue.cancel`` can stop a running handler.
     * ``async_libraries``: the event loops it runs on.
+    * ``global_rate_limit``: :meth:`Backend.lease_limited` honours ``LeaseLimits.rate_max``
+      (a token bucket per queue kept in the store, shared by every process).
+    * ``group_limits``: jobs carry ``group_key`` and :meth:`Backend.lease_limited` honours
+      ``LeaseLimits.group_concurrency``.  Without it the core refuses ``group_key`` and
+      ``group_concurrency`` with ``queue/limits-unsupported``.
     """
 
     dlq: bool = True
@@ -117,7 +143,13 @@ class Capabilities:
     requires_seal_key: bool = False
     ephemeral: bool = False
     inspection: bool = False
+    unique: bool = False
+    results: bool = False
+    progress_events: bool = False
+    cancel: bool = False
     async_libraries: frozenset[str] = frozenset({"asyncio", "trio"})
+    global_rate_limit: bool = False
+    group_limits: bool = False
 
 
 @attrs.frozen(kw_only=True)
@@ -148,6 +180,9 @@ class NewJob:
     """Ids of jobs (of the same flow) that must be ``done`` before this one may run."""
     parked: bool = False
     """Store as ``parked`` instead of ``pending``: it waits for ``depends_on``."""
+    group_key: str | None = None
+    """The job's group for :attr:`LeaseLimits.group_concurrency` (``Capabilities.group_limits``
+    only; the core never sends one to other backends)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -170,7 +205,11 @@ class StoredJob:
     flow_id: str | None = None
     depends_on: tuple[str, ...] = ()
     finished_at: float | None = None
-    """When the job became ``done`` or ``dead``."""
+    """When the job became ``done``, ``dead`` or ``cancelled``."""
+    group_key: str | None = None
+    """As enqueued (:attr:`NewJob.group_key`)."""
+    result: str | None = None
+    """The :attr:`Settlement.result` of its ``done`` settlement (``Capabilities.results``)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -181,6 +220,29 @@ class Lease:
     token: str
     """Fences settlement: only this token may settle or extend the lease."""
     expires_at: float
+
+
+@attrs.frozen(kw_only=True)
+class LeaseLimits:
+    """Fleet-wide limits one :meth:`Backend.lease_limited` call must respect (already checked
+    by the core: positive numbers, at least one limit set).
+
+    * ``rate_max`` / ``rate_per_seconds``: a token bucket per queue kept **in the store** and
+      shared by every process: it holds at most ``rate_max`` tokens and refills at
+      ``rate_max / rate_per_seconds`` tokens a second, measured on the ``now`` of each call
+      (never the system clock).  A bucket never seen before starts full.  Each leased job
+      takes one token; a call leases at most as many jobs as whole tokens are left after
+      refilling (zero is a valid answer).  A ``now`` earlier than the bucket's last refill
+      (clocks of two processes) refills nothing.
+    * ``group_concurrency``: at most this many ``inflight`` jobs per ``group_key`` of the
+      queue, counting the jobs of every process and of this call.  A due job whose group is
+      at its limit is skipped and the next eligible job in leasing order is taken instead;
+      jobs without a group are not limited.
+    """
+
+    rate_max: int | None = None
+    rate_per_seconds: float | None = None
+    group_concurrency: int | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -203,6 +265,21 @@ class Settlement:
     at: float
     error: str | None = None
     keep: bool = True
+    result: str | None = None
+    """``done`` only: the handler's return value, encoded (and sealed) by the core, opaque to
+    the backend; ``None`` when the handler returned ``None``.  A backend with
+    ``Capabilities.results`` stores it with the kept ``done`` job, in the same atomic step."""
+
+
+@attrs.frozen(kw_only=True)
+class CancelOutcome:
+    """What one :meth:`Backend.cancel` found and did."""
+
+    job: StoredJob
+    """The job as stored after the call."""
+    cancelled: bool
+    """True when this call moved the job to ``cancelled``; False when it had already finished
+    (``done``, ``dead`` or ``cancelled``) and nothing changed."""
 
 
 @attrs.frozen(kw_only=True)
@@ -216,7 +293,7 @@ class SweepResult:
     dead: Sequence[StoredJob] = ()
     """Expired leases whose attempts were exhausted, now ``dead`` (for audit events)."""
     pruned: int = 0
-    """``done`` jobs deleted because their retention passed."""
+    """``done`` (and ``cancelled``) jobs deleted because their retention passed."""
 
 
 @attrs.frozen(kw_only=True)
@@ -288,6 +365,52 @@ class JobCursor:
         return rank > mine or (rank == mine and seq > self.seq)
 
 
+T = TypeVar("T")
+
+
+class JobWatch:
+    """What :meth:`Backend.watch_job` yields: one waiter's view of one job's changes.
+
+    The core asks for the job's state with :meth:`Backend.get_job` after opening the watch, and
+    again each time :meth:`next_event` returns ``None``, so a backend may wake it spuriously and
+    may miss a change: the core falls back to polling at most every second.  This base class
+    only sleeps, on the queue's clock (the polling a backend without notifications gets).
+    """
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+
+    async def next_event(self, timeout: float) -> str | None:
+        """Wait at most ``timeout`` seconds of the queue's clock.
+
+        Return a progress event published for the job (the string given to
+        :meth:`Backend.publish_progress`, verbatim, each one once), or ``None`` when the job
+        may have changed state (settled) or the time passed.
+        """
+        await self.clock.sleep(timeout)
+        return None
+
+    async def first_of(self, timeout: float, wait: Callable[[], Awaitable[T]]) -> T | None:
+        """``await wait()``, or ``None`` once ``timeout`` seconds of the clock passed first:
+        a helper for subclasses whose store wakes them, so virtual clocks still drive them."""
+        import anyio
+
+        outcome: list[T] = []
+
+        async def run_wait() -> None:
+            outcome.append(await wait())
+            tg.cancel_scope.cancel()
+
+        async def run_clock() -> None:
+            await self.clock.sleep(timeout)
+            tg.cancel_scope.cancel()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run_wait)
+            tg.start_soon(run_clock)
+        return outcome[0] if outcome else None
+
+
 def _inspection_unsupported(backend: Backend, what: str) -> Exception:
     from .errors import UnsupportedError
 
@@ -337,6 +460,33 @@ class Backend(abc.ABC):
         leasing order).
         """
 
+    async def enqueue_unique(
+        self, job: NewJob, *, unique_key: str, hold_until: float | None, now: float
+    ) -> str:
+        """Store ``job`` unless a job of ``job.queue`` holds ``unique_key``; return the id of
+        the job holding the key after the call (``job.id`` when ``job`` was stored).
+
+        Only backends with ``Capabilities.unique``; the default refuses with
+        ``queue/unique-unsupported``.  One atomic step in the store (one statement, one
+        script), so of any number of concurrent calls with one key, from any process, exactly
+        one stores its job and every other returns that job's id.
+
+        A job *holds* its key while its state is one of :data:`UNIQUE_HOLDING_STATES`
+        (``pending``, delayed included, or ``inflight``) and its ``hold_until`` (``None``: no
+        time limit) is later than the ``now`` of the call asking.  Any other state, or the job
+        being deleted (purge, ``done`` without retention), frees the key: check the holder's
+        state when asking rather than releasing the key in every transition, so a transition
+        added later cannot leak a held key.  :meth:`dlq_retry`
+        brings a job back *without* its key.  When the holder is ``job.id`` itself (a call
+        retried after its reply was lost), return ``job.id`` and store nothing.
+        """
+        from .errors import UnsupportedError
+
+        raise UnsupportedError(
+            "queue/unique-unsupported",
+            f"protocol {self.protocol!r} cannot deduplicate jobs by unique key",
+        )
+
     # -- consuming -------------------------------------------------------------------------
     @abc.abstractmethod
     async def lease(
@@ -350,6 +500,25 @@ class Backend(abc.ABC):
         lease_seconds``.  Two concurrent calls (from any process) never return the same job.
         """
 
+    async def lease_limited(
+        self, queue: str, *, limit: int, now: float, lease_seconds: float, limits: LeaseLimits
+    ) -> list[Lease]:
+        """:meth:`lease` under fleet-wide ``limits`` (see :class:`LeaseLimits`), in the same
+        single atomic step: refilling and taking rate tokens, counting each group's inflight
+        jobs and taking jobs happen together, so concurrent calls from any number of processes
+        never exceed a limit together.
+
+        The core calls it instead of :meth:`lease` only for consumers and ticks given limits,
+        and only when ``Capabilities.global_rate_limit`` / ``group_limits`` say the backend
+        can; the default refuses with ``queue/limits-unsupported``.
+        """
+        from .errors import UnsupportedError
+
+        raise UnsupportedError(
+            "queue/limits-unsupported",
+            f"protocol {self.protocol!r} cannot enforce fleet-wide rate or group limits",
+        )
+
     @abc.abstractmethod
     async def settle(self, settlements: Sequence[Settlement], *, now: float) -> list[bool]:
         """Apply each settlement whose token still owns its ``inflight`` job.
@@ -360,10 +529,15 @@ class Backend(abc.ABC):
         """
 
     @abc.abstractmethod
-    async def extend(self, leases: Sequence[tuple[str, str]], *, expires_at: float) -> list[bool]:
+    async def extend(
+        self, leases: Sequence[tuple[str, str]], *, expires_at: float
+    ) -> Sequence[bool | None]:
         """Move the lease expiry of each ``(job_id, token)`` still owned to ``expires_at``.
 
-        Returns, per pair, whether the lease is still held.
+        Returns, per pair, whether the lease is still held: ``True`` held, ``False`` lost.
+        A backend with ``Capabilities.cancel`` answers ``None`` (also falsy: the lease is not
+        held) for a pair whose job is ``cancelled`` and still carries that token, so the
+        worker stops the handler (see :meth:`cancel`).
         """
 
     @abc.abstractmethod
@@ -373,7 +547,7 @@ class Backend(abc.ABC):
         An ``inflight`` job whose lease expired (``expires_at <= now``) goes back to
         ``pending`` due at ``now`` when ``attempts < max_attempts``, else to ``dead`` with
         ``last_error = expired_error`` and ``finished_at = now``.  ``done`` jobs finished
-        before ``now - retain_done`` are deleted.
+        before ``now - retain_done`` are deleted, and so are ``cancelled`` ones.
         """
 
     async def wait_for_work(self, queue: str, *, timeout: float) -> None:
@@ -388,6 +562,25 @@ class Backend(abc.ABC):
 
         await anyio.sleep(timeout)
 
+    # -- results and progress (only with Capabilities.results / progress_events) -------------
+    @contextlib.asynccontextmanager
+    async def watch_job(self, job_id: str) -> AsyncIterator[JobWatch]:
+        """Watch one job for ``Queue.result`` and ``Queue.subscribe``: subscribe to whatever
+        the store can tell about ``job_id`` (its settlement, its progress events) *before*
+        yielding, so nothing that happens after the core's next :meth:`get_job` is missed.
+
+        The default yields a plain :class:`JobWatch` (polling on the clock).  A backend that
+        can hear settlements (a notification published atomically with them) or progress
+        events yields its own subclass.  The watch ends when the context exits.
+        """
+        yield JobWatch(self.context.clock)
+
+    async def publish_progress(self, job_id: str, event: str, *, now: float) -> None:  # noqa: B027
+        """Deliver ``event`` (opaque text from the core) to every open :meth:`watch_job` of
+        ``job_id``, in any process, at most once each; never stored beyond a few seconds.
+        Best effort: a watch opened later does not see it.  Backends without
+        ``Capabilities.progress_events`` keep this default, which does nothing."""
+
     # -- inspecting and operating ---------------------------------------------------------
     @abc.abstractmethod
     async def size(self, queue: str) -> int:
@@ -395,7 +588,8 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     async def purge(self, queue: str) -> int:
-        """Delete every live job of ``queue`` and its ``done`` rows; leave ``dead`` ones.
+        """Delete every live job of ``queue`` and its ``done`` (and ``cancelled``) rows; leave
+        ``dead`` ones.
 
         Returns how many live (pending, inflight, parked) jobs were deleted.
         """
@@ -408,6 +602,9 @@ class Backend(abc.ABC):
     async def dlq_retry(self, job_id: str, *, now: float) -> StoredJob | None:
         """Move one ``dead`` job back to ``pending`` due at ``now`` with ``attempts = 0``.
 
+        A job enqueued with a unique key comes back without it (with ``Capabilities.unique``:
+        it holds no key, and an enqueue with that key stores a new job).
+
         Returns the job as it was before the move, or ``None`` when no dead job has that id.
         """
 
@@ -418,6 +615,38 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     async def dlq_purge(self, queue: str) -> int:
         """Delete the ``dead`` jobs of ``queue``; return how many."""
+
+    # -- cancel (only with Capabilities.cancel) ---------------------------------------------
+    async def cancel(self, job_id: str, *, now: float) -> CancelOutcome | None:
+        """Atomically move the job ``job_id`` to ``cancelled`` if it is ``pending`` (delayed
+        too), ``inflight`` or ``parked``, with ``finished_at = now``; ``None`` when the store
+        holds no such job.
+
+        One atomic step (one statement, one script), whatever state the job is in:
+
+        * the job leaves every index a lease, the sweep or ``size`` reads: it is never leased
+          again, and a ``cancelled`` job counts in none of ``size``, the sweep's recovery or
+          the DLQ;
+        * an ``inflight`` job keeps its lease token, so settling with that token is refused
+          (the lease no longer owns an ``inflight`` job: counted stale) and :meth:`extend`
+          with it answers ``None``, which tells the worker to cancel the handler;
+        * a ``cancelled`` job is kept like a ``done`` one: pruned by the sweep after
+          ``retain_done``, deleted by :meth:`purge`;
+        * flows: jobs ``parked`` behind a cancelled job are left parked, as behind a ``dead``
+          one (only ``done`` releases them).
+
+        A job already ``done``, ``dead`` or ``cancelled`` is left as it is
+        (``CancelOutcome.cancelled`` is False).  Backends without ``Capabilities.cancel`` keep
+        this default, which refuses.
+        """
+        from .errors import UnsupportedError
+
+        raise UnsupportedError(
+            "queue/cancel-unsupported",
+            f"backend {self.context.name!r} (protocol {self.protocol!r}) cannot cancel jobs by "
+            f"id; cancel on a backend whose capabilities include cancel (e.g. 'local', "
+            f"'memory', 'redis')",
+        )
 
     # -- flows (only with Capabilities.flows) ------------------------------------------------
     async def flow_jobs(self, flow_id: str) -> list[StoredJob]:
@@ -461,7 +690,8 @@ class Backend(abc.ABC):
     async def queue_counts(self) -> dict[str, dict[JobState, int]]:
         """How many jobs each queue holds in each state: ``{queue: {state: count}}``.
 
-        Every queue holding at least one job appears, with all five states as keys.
+        Every queue holding at least one job appears, with every state of
+        :data:`JOB_STATES` as a key.
         """
         raise _inspection_unsupported(self, "count jobs per queue and state")
 

@@ -13,10 +13,13 @@ The tree::
     ├── FlowError (ValueError)         queue/bad-flow, queue/flow-cycle, queue/flow-unknown-dep
     ├── NotFoundError (LookupError)    queue/unknown-backend, queue/unknown-job, queue/job-not-found
     ├── UnsupportedError               queue/dlq-unsupported, queue/flow-unsupported,
-    │                                  queue/inspection-unsupported
+    │                                  queue/inspection-unsupported, queue/limits-unsupported,
+    │                                  queue/unique-unsupported, queue/results-unsupported,
+    │                                  queue/cancel-unsupported
     ├── BackendUnavailableError        queue/backend-unavailable (retryable)
     ├── ResultTimeoutError (TimeoutError)  queue/result-timeout
-    └── QueueError itself              queue/not-initialized, queue/unseal-failed, queue/job-failed
+    ├── JobFailedError                 queue/job-failed (.job_id, .state, .last_error)
+    └── QueueError itself              queue/not-initialized, queue/unseal-failed
 
 Only errors whose ``retryable`` is true are retried by a backend's retry policy, and only those
 count towards its circuit breaker.
@@ -33,6 +36,7 @@ __all__ = [
     "ConfigError",
     "ErrorCode",
     "FlowError",
+    "JobFailedError",
     "NotFoundError",
     "QueueError",
     "ResultTimeoutError",
@@ -46,6 +50,8 @@ ErrorCode = Literal[
     "queue/deferred-protocol",
     "queue/dlq-unsupported",
     "queue/inspection-unsupported",
+    "queue/limits-unsupported",
+    "queue/cancel-unsupported",
     "queue/bad-flow",
     "queue/flow-cycle",
     "queue/flow-unknown-dep",
@@ -58,6 +64,8 @@ ErrorCode = Literal[
     "queue/job-not-found",
     "queue/job-failed",
     "queue/result-timeout",
+    "queue/unique-unsupported",
+    "queue/results-unsupported",
 ]
 
 #: Every code the library can raise; the documentation lists exactly these.
@@ -118,7 +126,9 @@ class NotFoundError(QueueError, LookupError):
 
 class UnsupportedError(QueueError):
     """The selected backend cannot do this (``queue/dlq-unsupported``,
-    ``queue/flow-unsupported``, ``queue/inspection-unsupported``)."""
+    ``queue/flow-unsupported``, ``queue/inspection-unsupported``,
+    ``queue/limits-unsupported``, ``queue/unique-unsupported``,
+    ``queue/results-unsupported``)."""
 
 
 class BackendUnavailableError(QueueError):
@@ -135,3 +145,29 @@ class BackendUnavailableError(QueueError):
 
 class ResultTimeoutError(QueueError, TimeoutError):
     """A job's result did not arrive in time (``queue/result-timeout``)."""
+
+
+class JobFailedError(QueueError):
+    """The job whose result was awaited ended in a failed terminal state (``queue/job-failed``):
+    ``dead`` (the dead-letter queue) or any other end but ``done``.
+
+    ``state`` is that state, ``last_error`` the job's last error in full (the message quotes
+    its first line).
+    """
+
+    job_id: str | None = None
+    state: str | None = None
+    last_error: str | None = None
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        job_id: str | None = None,
+        state: str | None = None,
+        last_error: str | None = None,
+    ) -> None:
+        super().__init__("queue/job-failed", message)
+        self.job_id = job_id
+        self.state = state
+        self.last_error = last_error

@@ -11,11 +11,13 @@ boundary.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import secrets
 import sqlite3
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, ClassVar, Final, TypeVar, cast
 
 import anyio
@@ -25,10 +27,13 @@ from blamequeue.abc import (
     JOB_STATES,
     Backend,
     BackendContext,
+    CancelOutcome,
     Capabilities,
     JobCursor,
     JobState,
+    JobWatch,
     Lease,
+    LeaseLimits,
     NewJob,
     Settlement,
     StoredJob,
@@ -60,6 +65,8 @@ _OUTCOMES: Final = frozenset({"done", "retry", "dead", "release"})
 _OPEN_ATTEMPTS: Final = 5
 # A dead job moved by dlq_retry is re-read if it changed between our read and our write.
 _DLQ_RETRY_ATTEMPTS: Final = 5
+# enqueue_unique tries again when the key's holder finished between the insert and the read.
+_UNIQUE_ATTEMPTS: Final = 5
 
 
 # How json.dumps writes a NUL character, which SQLite's JSON functions would cut text at.  Its
@@ -91,6 +98,26 @@ def _depends_on(job: NewJob) -> str | None:
     return json.dumps(list(job.depends_on), separators=(",", ":")) if job.depends_on else None
 
 
+def _bound_values(job: NewJob) -> tuple[Any, ...]:
+    """The parameters of one job in :meth:`Statements.enqueue_values` (``ENQUEUE_COLUMNS``)."""
+    return (
+        job.id,
+        job.queue,
+        "parked" if job.parked else "pending",
+        job.payload,
+        job.priority,
+        job.max_attempts,
+        job.created_at,
+        job.available_at,
+        job.classification,
+        job.trace_id,
+        job.meta,
+        job.flow_id,
+        _depends_on(job),
+        job.group_key,
+    )
+
+
 def stored_job(row: Row) -> StoredJob:
     """A :class:`StoredJob` from a row of :data:`~blamequeue_local._statements.COLUMNS`."""
     finished_at = row[14]
@@ -113,6 +140,8 @@ def stored_job(row: Row) -> StoredJob:
         flow_id=row[13],
         depends_on=tuple(json.loads(depends_on)) if depends_on else (),
         finished_at=None if finished_at is None else float(finished_at),
+        group_key=row[17],
+        result=row[18],
     )
 
 
@@ -149,7 +178,13 @@ class LocalBackend(Backend):
         flows=True,
         cross_process_wakeup=True,
         inspection=True,
+        unique=True,
+        results=True,
+        progress_events=True,
+        cancel=True,
         async_libraries=frozenset({"asyncio", "trio"}),
+        global_rate_limit=True,
+        group_limits=True,
     )
 
     def __init__(self, options: Mapping[str, Any], context: BackendContext) -> None:
@@ -303,25 +338,7 @@ class LocalBackend(Backend):
             return
         if count <= ENQUEUE_VALUES_MAX:
             bucket = 1 << (count - 1).bit_length()
-            params: list[Any] = [
-                value
-                for job in jobs
-                for value in (
-                    job.id,
-                    job.queue,
-                    "parked" if job.parked else "pending",
-                    job.payload,
-                    job.priority,
-                    job.max_attempts,
-                    job.created_at,
-                    job.available_at,
-                    job.classification,
-                    job.trace_id,
-                    job.meta,
-                    job.flow_id,
-                    _depends_on(job),
-                )
-            ]
+            params: list[Any] = [value for job in jobs for value in _bound_values(job)]
             params += _PADDING * (bucket - count)
             await self._execute(self._sql.enqueue_values(bucket), params)
             return
@@ -341,6 +358,7 @@ class LocalBackend(Backend):
                     job.flow_id,
                     1 if job.parked else 0,
                     _depends_on(job),
+                    job.group_key,
                 ]
                 for job in jobs
             ]
@@ -352,6 +370,23 @@ class LocalBackend(Backend):
                 f"at most {ENQUEUE_VALUES_MAX}, got {count}: split the batch",
             )
         await self._execute(self._sql.enqueue, (encoded,))
+
+    async def enqueue_unique(
+        self, job: NewJob, *, unique_key: str, hold_until: float | None, now: float
+    ) -> str:
+        insert = (*_bound_values(job), unique_key, hold_until, job.queue, now)
+        for _ in range(_UNIQUE_ATTEMPTS):
+            if await self._one(self._sql.enqueue_unique, insert) is not None:
+                return job.id
+            # A job holds the key.  It may leave the live states before we read its id: then
+            # the key is free and the insert is tried again.
+            holder = await self._one(self._sql.unique_holder, (job.queue, unique_key, now))
+            if holder is not None:
+                return str(holder[0])
+        raise BackendUnavailableError(
+            f"{self._where}: the holder of unique key {unique_key[:40]!r} kept changing while "
+            f"enqueueing; try again"
+        )
 
     # -- consuming -------------------------------------------------------------------------
     async def lease(
@@ -370,6 +405,40 @@ class LocalBackend(Backend):
             store.execute_all(self._sql.lease, (token, expires_at, queue, now, limit))
         )
         rows.sort(key=_lease_order)  # RETURNING order is unspecified
+        return [Lease(job=stored_job(row), token=token, expires_at=expires_at) for row in rows]
+
+    async def lease_limited(
+        self, queue: str, *, limit: int, now: float, lease_seconds: float, limits: LeaseLimits
+    ) -> list[Lease]:
+        """:meth:`lease` under fleet-wide limits: one refill statement (safe on its own), then
+        one lease statement that spends the tokens (through a trigger) and counts each group's
+        inflight jobs as it takes jobs (see ``Statements.lease_limited``)."""
+        store = self._require_store()
+        if self._signature is not None:
+            self._seen[queue] = self._signature.read()
+        if limit <= 0:
+            return []
+        token = secrets.token_hex(16)
+        rated = limits.rate_max is not None and limits.rate_per_seconds is not None
+        if rated:
+            await self._guard(
+                store.execute(
+                    self._sql.refill, (queue, now, limits.rate_max, limits.rate_per_seconds)
+                )
+            )
+            token = "r:" + token  # the bucket trigger takes a token for these leases only
+        expires_at = now + lease_seconds
+        params = (
+            token,
+            expires_at,
+            queue,
+            now,
+            limit,
+            limits.group_concurrency,
+            1 if rated else None,
+        )
+        rows = await self._guard(store.execute_all(self._sql.lease_limited, params))
+        rows.sort(key=_lease_order)
         return [Lease(job=stored_job(row), token=token, expires_at=expires_at) for row in rows]
 
     async def settle(self, settlements: Sequence[Settlement], *, now: float) -> list[bool]:
@@ -393,7 +462,7 @@ class LocalBackend(Backend):
                 deletes.append([item.job_id, item.token, item.at])
                 continue
             error = None if item.error is None else _storable(item.error)
-            update = [item.job_id, item.token, item.outcome, item.at, error]
+            update = [item.job_id, item.token, item.outcome, item.at, error, item.result]
             (bound if error is not None and "\x00" in error else updates).append(update)
 
         applied: set[tuple[str, str]] = set()
@@ -402,7 +471,7 @@ class LocalBackend(Backend):
             applied.update((row[0], row[1]) for row in rows)
         # Rare: errors holding NUL characters, bound as parameters (each settlement is atomic
         # on its own, so these may take several statements).
-        per_statement = MAX_PARAMETERS // 5
+        per_statement = MAX_PARAMETERS // 6
         for start in range(0, len(bound), per_statement):
             chunk = bound[start : start + per_statement]
             params = [value for update in chunk for value in update]
@@ -423,13 +492,17 @@ class LocalBackend(Backend):
             applied.discard(key)
         return results
 
-    async def extend(self, leases: Sequence[tuple[str, str]], *, expires_at: float) -> list[bool]:
+    async def extend(
+        self, leases: Sequence[tuple[str, str]], *, expires_at: float
+    ) -> list[bool | None]:
         if not leases:
             return []
         pairs = [[job_id, token] for job_id, token in leases]
         rows = await self._all(self._sql.extend, (expires_at, _dumps(pairs)))
-        held = {(row[0], row[1]) for row in rows}
-        return [(job_id, token) in held for job_id, token in leases]
+        held: dict[tuple[str, str], bool | None] = {
+            (row[0], row[1]): True if row[2] == "inflight" else None for row in rows
+        }
+        return [held.get((job_id, token), False) for job_id, token in leases]
 
     async def sweep(self, *, now: float, retain_done: float, expired_error: str) -> SweepResult:
         rows = await self._all(self._sql.sweep_expired, (now, expired_error))
@@ -437,6 +510,7 @@ class LocalBackend(Backend):
         dead = [job for job in jobs if job.state == "dead"]
         expired = [job for job in jobs if job.state != "dead"]
         pruned = await self._execute(self._sql.prune_done, (now - retain_done,))
+        pruned += await self._execute(self._sql.prune_cancelled, (now - retain_done,))
         return SweepResult(repended=len(expired), expired=expired, dead=dead, pruned=pruned)
 
     async def wait_for_work(self, queue: str, *, timeout: float) -> None:
@@ -455,6 +529,32 @@ class LocalBackend(Backend):
                     self._seen[queue] = current
                     return
                 await anyio.sleep(POLL_INTERVAL)
+
+    # -- results and progress ----------------------------------------------------------------
+    @contextlib.asynccontextmanager
+    async def watch_job(self, job_id: str) -> AsyncIterator[JobWatch]:
+        """Wakes on every commit to the database file (the WAL watch of :meth:`wait_for_work`),
+        by this process or another, and reads the job's new progress events from the events
+        table; a store with no file to watch is looked at every 20 ms."""
+        after = await self._count(self._sql.event_last, ())
+        yield _LocalWatch(self, job_id, after)
+
+    async def publish_progress(self, job_id: str, event: str, *, now: float) -> None:
+        await self._execute(self._sql.event_publish, (job_id, now, event))
+
+    async def _events_after(self, job_id: str, seq: int) -> list[Row]:
+        return await self._all(self._sql.event_read, (job_id, seq))
+
+    async def _commit_seen(self, baseline: Signature) -> Signature:
+        """Return the file signature once it differs from ``baseline`` (real time, polled
+        every 20 ms, like :meth:`wait_for_work`)."""
+        signature = self._signature
+        assert signature is not None
+        while True:
+            current = signature.read()
+            if current != baseline:
+                return current
+            await anyio.sleep(POLL_INTERVAL)
 
     # -- inspecting and operating ---------------------------------------------------------
     async def size(self, queue: str) -> int:
@@ -483,6 +583,14 @@ class LocalBackend(Backend):
         raise BackendUnavailableError(
             f"{self._where}: dead job {job_id!r} kept changing while being retried; try again"
         )
+
+    async def cancel(self, job_id: str, *, now: float) -> CancelOutcome | None:
+        row = await self._one(self._sql.cancel, (job_id, now))
+        if row is not None:
+            return CancelOutcome(job=stored_job(row), cancelled=True)
+        # Nothing live to cancel: say whether the job exists (a read, deciding nothing).
+        found = await self.get_job(job_id)
+        return None if found is None else CancelOutcome(job=found, cancelled=False)
 
     # -- flows -----------------------------------------------------------------------------
     async def flow_jobs(self, flow_id: str) -> list[StoredJob]:
@@ -568,3 +676,36 @@ class LocalBackend(Backend):
             )
             for row in rows
         ]
+
+
+class _LocalWatch(JobWatch):
+    """One job's watch on the ``local`` backend: new commits wake it; its progress events
+    come from the events table, each read once (by ``seq``)."""
+
+    def __init__(self, backend: LocalBackend, job_id: str, after: int) -> None:
+        super().__init__(backend.context.clock)
+        self._backend = backend
+        self._job_id = job_id
+        self._after = after
+        self._events: deque[str | None] = deque()
+        signature = backend._signature
+        self._baseline: Signature | None = None if signature is None else signature.read()
+
+    async def next_event(self, timeout: float) -> str | None:
+        if not self._events:
+            baseline = self._baseline
+            if baseline is None:
+                # No file to watch (an in-memory or path-less store): look when the core's
+                # poll says so.
+                await self.clock.sleep(timeout)
+            else:
+                seen = await self.first_of(timeout, lambda: self._backend._commit_seen(baseline))
+                if seen is None:
+                    return None  # the time passed with no commit: nothing new
+                self._baseline = seen
+            for seq, event in await self._backend._events_after(self._job_id, self._after):
+                self._after = int(seq)
+                self._events.append(str(event))
+            # The same commits may have settled the job: the core looks once the events are out.
+            self._events.append(None)
+        return self._events.popleft()

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import Final
 
+from blamequeue.abc import UNIQUE_HOLDING_STATES
+
 __all__ = [
     "ADDED_COLUMNS",
     "COLUMNS",
@@ -28,7 +30,8 @@ __all__ = [
 #: The columns of a job, in the order :func:`blamequeue_local._backend.stored_job` reads them.
 COLUMNS: Final = (
     "id, queue, state, payload, priority, attempts, max_attempts, created_at, available_at, "
-    "classification, trace_id, last_error, meta, flow_id, finished_at, seq, depends_on"
+    "classification, trace_id, last_error, meta, flow_id, finished_at, seq, depends_on, "
+    "group_key, result"
 )
 
 #: The columns of the worker registry, in the order of :class:`blamequeue.abc.WorkerRecord`.
@@ -39,24 +42,42 @@ WORKER_COLUMNS: Final = (
 #: The columns :meth:`Statements.enqueue_values` binds, in order.
 ENQUEUE_COLUMNS: Final = (
     "id, queue, state, payload, priority, max_attempts, created_at, available_at, "
-    "classification, trace_id, meta, flow_id, depends_on"
+    "classification, trace_id, meta, flow_id, depends_on, group_key"
 )
 
 #: SQLite's default limit on bound parameters per statement (since 3.32).
 MAX_PARAMETERS: Final = 32766
 
 #: How many parameters :meth:`Statements.enqueue_values` binds per job.
-ENQUEUE_PARAMETERS: Final = 13
+ENQUEUE_PARAMETERS: Final = 14
 
-#: The largest batch :meth:`Statements.enqueue_values` takes (a power of two, 13 parameters a
+#: The largest batch :meth:`Statements.enqueue_values` takes (a power of two, 14 parameters a
 #: job, within MAX_PARAMETERS); larger batches travel as one JSON parameter.
 ENQUEUE_VALUES_MAX: Final = 2048
 
 #: Columns added after the first release, with their type: :meth:`Statements.add_column`
 #: adds those an existing table lacks when the backend opens it.
-ADDED_COLUMNS: Final = {"depends_on": "TEXT"}
+ADDED_COLUMNS: Final = {
+    "depends_on": "TEXT",
+    "group_key": "TEXT",
+    "unique_key": "TEXT",
+    "unique_until": "REAL",
+    "result": "TEXT",
+}
+
+#: Seconds a progress event stays in the events table (only to reach current subscribers).
+EVENTS_KEPT: Final = 10.0
 
 _LIVE: Final = "('pending', 'inflight', 'parked')"
+_HOLDING: Final = "(" + ", ".join(f"'{state}'" for state in UNIQUE_HOLDING_STATES) + ")"
+
+
+def _holds(queue: int, key: int, now: int) -> str:
+    """The condition of a job holding a unique key, with parameters at those positions."""
+    return (
+        f"queue = ?{queue} AND unique_key = ?{key} AND state IN {_HOLDING} "
+        f"AND (unique_until IS NULL OR unique_until > ?{now})"
+    )
 
 
 class Statements:
@@ -68,6 +89,7 @@ class Statements:
         t = f'{prefix}"{table}"'
         self.table = t
         w = self.workers = f'{prefix}"{table}_workers"'
+        e = self.events = f'{prefix}"{table}_events"'
 
         # ``seq`` (the rowid) is the enqueue order; ``id`` is the public job id.  payload,
         # last_error and meta are opaque text from the core, stored verbatim.  depends_on is
@@ -92,13 +114,17 @@ class Statements:
                 finished_at REAL,
                 lease_token TEXT,
                 lease_expires_at REAL,
-                depends_on TEXT
+                depends_on TEXT,
+                group_key TEXT,
+                unique_key TEXT,
+                unique_until REAL,
+                result TEXT
             )"""
         # The lease index's columns follow the lease ORDER BY, so taking the next N jobs is
         # an index range walk whatever the backlog; it also serves size() and purge().  The
         # other three are partial: they hold only the rows their query reads, so enqueueing
         # and leasing pending jobs never touches them.
-        self.schema = (
+        self.schema: tuple[str, ...] = (
             create_table,
             f'CREATE INDEX IF NOT EXISTS {prefix}"{table}_lease_idx" '
             f'ON "{table}" (queue, state, priority DESC, available_at, seq)',
@@ -108,6 +134,9 @@ class Statements:
             f"ON \"{table}\" (finished_at) WHERE state = 'done'",
             f'CREATE INDEX IF NOT EXISTS {prefix}"{table}_dlq_idx" '
             f"ON \"{table}\" (queue, finished_at) WHERE state = 'dead'",
+            # Cancelled jobs are retained like done ones: the sweep prunes them by this index.
+            f'CREATE INDEX IF NOT EXISTS {prefix}"{table}_cancelled_idx" '
+            f"ON \"{table}\" (finished_at) WHERE state = 'cancelled'",
             # Flows: flow_jobs() and the release of parked jobs (the trigger below).
             f'CREATE INDEX IF NOT EXISTS {prefix}"{table}_flow_idx" '
             f'ON "{table}" (flow_id, seq) WHERE flow_id IS NOT NULL',
@@ -136,6 +165,10 @@ class Statements:
             # (keyset on seq), so a page costs the same wherever it starts.
             f'CREATE INDEX IF NOT EXISTS {prefix}"{table}_list_idx" '
             f'ON "{table}" (queue, state, seq)',
+            # Unique jobs: the enqueue_unique check finds a key's live holder through it.
+            # Partial: jobs enqueued without a key never touch it.
+            f'CREATE INDEX IF NOT EXISTS {prefix}"{table}_unique_idx" '
+            f'ON "{table}" (queue, unique_key) WHERE unique_key IS NOT NULL',
             # The worker registry: one row per running consumer, refreshed by its heartbeat.
             f"""
             CREATE TABLE IF NOT EXISTS {self.workers} (
@@ -150,6 +183,25 @@ class Statements:
                 succeeded INTEGER NOT NULL DEFAULT 0,
                 failed INTEGER NOT NULL DEFAULT 0
             )""",
+            # Live progress events (SPEC §10): written by a handler's ctx.progress, read by
+            # subscribers in any process (woken by the WAL watch), and pruned by the trigger
+            # below once EVENTS_KEPT seconds old: never a record, only a mailbox.
+            f"""
+            CREATE TABLE IF NOT EXISTS {e} (
+                seq INTEGER PRIMARY KEY,
+                job_id TEXT NOT NULL,
+                at REAL NOT NULL,
+                event TEXT NOT NULL
+            )""",
+            f'CREATE INDEX IF NOT EXISTS {prefix}"{table}_events_job_idx" '
+            f'ON "{table}_events" (job_id, seq)',
+            f'CREATE INDEX IF NOT EXISTS {prefix}"{table}_events_at_idx" ON "{table}_events" (at)',
+            f"""
+            CREATE TRIGGER IF NOT EXISTS {prefix}"{table}_events_prune"
+            AFTER INSERT ON "{table}_events" FOR EACH ROW
+            BEGIN
+                DELETE FROM "{table}_events" WHERE at < NEW.at - {EVENTS_KEPT};
+            END""",
         )
         # Migration of a table made by an earlier version: which columns it has.  Missing
         # columns are added after the CREATE TABLE and before everything else.
@@ -157,15 +209,104 @@ class Statements:
 
         # For batches beyond ENQUEUE_VALUES_MAX jobs: one JSON array per job: [id, queue,
         # payload, priority, max_attempts, created_at, available_at, classification, trace_id,
-        # meta, flow_id, parked, depends_on (JSON text or null)].  ORDER BY key keeps the
+        # meta, flow_id, parked, depends_on (JSON text or null), group_key].  ORDER BY key keeps the
         # batch order, which becomes seq order.
         self.enqueue = f"""
             INSERT INTO {t} ({ENQUEUE_COLUMNS})
             SELECT value ->> 0, value ->> 1,
                    CASE WHEN value ->> 11 THEN 'parked' ELSE 'pending' END,
                    value ->> 2, value ->> 3, value ->> 4, value ->> 5, value ->> 6,
-                   value ->> 7, value ->> 8, value ->> 9, value ->> 10, value ->> 12
+                   value ->> 7, value ->> 8, value ->> 9, value ->> 10, value ->> 12,
+                   value ->> 13
             FROM json_each(?1) ORDER BY key"""
+
+        self.limits_schema = (
+            # Fleet-wide rate limits: one token bucket per queue (see lease_limited).
+            f"""
+            CREATE TABLE IF NOT EXISTS {prefix}"{table}_buckets" (
+                queue TEXT PRIMARY KEY,
+                tokens REAL NOT NULL,
+                refilled_at REAL NOT NULL
+            )""",
+            # A rate-limited lease takes one token per job it leases.  Its tokens start with
+            # 'r:' (other leases' tokens are hex), so this trigger does nothing on every other
+            # update, and the bucket changes inside the very statement that leases the jobs:
+            # several processes can never spend the same token.
+            f"""
+            CREATE TRIGGER IF NOT EXISTS {prefix}"{table}_rate_take"
+            AFTER UPDATE OF state ON "{table}" FOR EACH ROW
+            WHEN NEW.state = 'inflight' AND OLD.state = 'pending'
+                 AND substr(NEW.lease_token, 1, 2) = 'r:'
+            BEGIN
+                UPDATE "{table}_buckets" SET tokens = tokens - 1 WHERE queue = NEW.queue;
+            END""",
+        )
+        self.schema = (*self.schema, *self.limits_schema)
+
+        # Refill a queue's bucket up to now (a bucket never seen starts full); refilling on
+        # its own is safe at any time, so it may run as a statement before the lease.
+        # Params: queue, now, rate_max, rate_per_seconds.
+        self.refill = f"""
+            INSERT INTO {prefix}"{table}_buckets" (queue, tokens, refilled_at)
+            VALUES (?1, ?3, ?2)
+            ON CONFLICT (queue) DO UPDATE SET
+                tokens = min(?3, tokens + max(0.0, ?2 - refilled_at) * ?3 / ?4),
+                refilled_at = max(refilled_at, ?2)"""
+
+        # The lease under fleet-wide limits.  Params: token, expires_at, queue, now, limit,
+        # group_concurrency (NULL: none), rate-limited (NULL: no).  ``busy`` counts each
+        # group's inflight jobs (the lease index's (queue, 'inflight') range: as many rows as
+        # jobs in flight); ``cand`` walks the lease index in lease order, skipping groups at
+        # their limit, for up to four times ``limit`` jobs; ``ranked`` keeps, per group, only
+        # as many of them as the group has free slots, and the first ``limit`` of those (at
+        # most as many as whole tokens are left) are leased.  Jobs of saturated groups ahead
+        # of the eligible ones are skipped one index entry at a time; when one lease's own
+        # jobs fill a group beyond the overscan, it returns fewer than ``limit`` and the next
+        # lease takes the rest.
+        self.lease_limited = f"""
+            UPDATE {t}
+            SET state = 'inflight', attempts = attempts + 1,
+                lease_token = ?1, lease_expires_at = ?2
+            WHERE seq IN (
+                WITH busy AS (
+                    SELECT group_key, count(*) AS n FROM {t}
+                    WHERE ?6 IS NOT NULL AND queue = ?3 AND state = 'inflight'
+                      AND group_key IS NOT NULL
+                    GROUP BY group_key),
+                cand AS (
+                    SELECT seq, group_key, priority, available_at FROM {t}
+                    WHERE queue = ?3 AND state = 'pending' AND available_at <= ?4
+                      AND (group_key IS NULL OR ?6 IS NULL
+                           OR group_key NOT IN (SELECT group_key FROM busy WHERE n >= ?6))
+                    ORDER BY priority DESC, available_at, seq
+                    LIMIT 4 * ?5),
+                ranked AS (
+                    SELECT seq, group_key, priority, available_at, row_number() OVER (
+                        PARTITION BY group_key ORDER BY priority DESC, available_at, seq) AS rn
+                    FROM cand)
+                SELECT r.seq FROM ranked AS r LEFT JOIN busy AS b ON b.group_key = r.group_key
+                WHERE r.group_key IS NULL OR ?6 IS NULL OR r.rn + coalesce(b.n, 0) <= ?6
+                ORDER BY r.priority DESC, r.available_at, r.seq
+                LIMIT max(0, min(?5, CASE WHEN ?7 IS NULL THEN ?5 ELSE coalesce(
+                    (SELECT CAST(tokens + 1e-9 AS INTEGER) FROM {prefix}"{table}_buckets"
+                     WHERE queue = ?3), 0) END)))
+            RETURNING {COLUMNS}"""
+        # Unique jobs: insert one job (the ENQUEUE_PARAMETERS of enqueue_values, then
+        # unique_key, unique_until, queue, now) unless a job of its queue holds the key: it is
+        # pending or inflight and its unique_until (NULL: none) has not passed.  One statement,
+        # so SQLite's write lock makes the check and the insert one step for every process.
+        # Nothing marks a key released: leaving the live states (done, dead, any state added
+        # later), a delete (purge, retention) or dlq_retry (which drops the key) frees it.
+        n = ENQUEUE_PARAMETERS
+        self.enqueue_unique = f"""
+            INSERT INTO {t} ({ENQUEUE_COLUMNS}, unique_key, unique_until)
+            SELECT {", ".join(f"?{i}" for i in range(1, n + 1))}, ?{n + 1}, ?{n + 2}
+            WHERE NOT EXISTS (SELECT 1 FROM {t} WHERE {_holds(n + 3, n + 1, n + 4)})
+            RETURNING id"""
+        # Params: queue, unique_key, now.  The key's holder, when the insert found one (the
+        # latest, should an earlier holder's unique_until be about to pass).
+        self.unique_holder = f"""
+            SELECT id FROM {t} WHERE {_holds(1, 2, 3)} ORDER BY seq DESC LIMIT 1"""
 
         # Params: token, expires_at, queue, now, limit.  RETURNING order is unspecified; the
         # backend sorts the rows again.
@@ -180,10 +321,10 @@ class Statements:
                 LIMIT ?5)
             RETURNING {COLUMNS}"""
 
-        # One JSON array per settlement: [id, token, outcome, at, error].
+        # One JSON array per settlement: [id, token, outcome, at, error, result].
         self.settle = self._settle(
             "SELECT value ->> 0 AS id, value ->> 1 AS token, value ->> 2 AS outcome, "
-            "value ->> 3 AS at, value ->> 4 AS error FROM json_each(?)"
+            "value ->> 3 AS at, value ->> 4 AS error, value ->> 5 AS result FROM json_each(?)"
         )
 
         # ``done`` without retention: [id, token] pairs, deleted under the same fence (flow
@@ -213,12 +354,23 @@ class Statements:
         # Param: the flow id.
         self.flow_jobs = f"SELECT {COLUMNS} FROM {t} WHERE flow_id = ?1 ORDER BY seq"
 
-        # Params: expires_at, JSON [[id, token], ...].
+        # Params: expires_at, JSON [[id, token], ...].  A cancelled job keeps the token of the
+        # lease it was cancelled under: that pair comes back with state 'cancelled' (and its
+        # row unchanged), which tells the worker to stop the handler.
         self.extend = f"""
-            UPDATE {t} AS t SET lease_expires_at = ?1
+            UPDATE {t} AS t
+            SET lease_expires_at = CASE WHEN t.state = 'inflight' THEN ?1
+                                        ELSE t.lease_expires_at END
             FROM (SELECT value ->> 0 AS id, value ->> 1 AS token FROM json_each(?2)) AS s
-            WHERE t.id = s.id AND t.lease_token = s.token AND t.state = 'inflight'
-            RETURNING id, lease_token"""
+            WHERE t.id = s.id AND t.lease_token = s.token AND t.state IN ('inflight', 'cancelled')
+            RETURNING id, lease_token, state"""
+
+        # Params: job id, now.  Any live job, in one statement; the lease token stays, so the
+        # old lease settles nothing (settle wants 'inflight') and extend reports the cancel.
+        self.cancel = f"""
+            UPDATE {t} SET state = 'cancelled', finished_at = ?2, lease_expires_at = NULL
+            WHERE id = ?1 AND state IN {_LIVE}
+            RETURNING {COLUMNS}"""
 
         # Params: now, expired_error.
         self.sweep_expired = f"""
@@ -233,14 +385,16 @@ class Statements:
 
         # Param: the cutoff (now - retain_done).
         self.prune_done = f"DELETE FROM {t} WHERE state = 'done' AND finished_at < ?1"
+        self.prune_cancelled = f"DELETE FROM {t} WHERE state = 'cancelled' AND finished_at < ?1"
 
         self.size = f"SELECT count(*) FROM {t} WHERE queue = ?1 AND state IN {_LIVE}"
 
-        # RETURNING one flag per deleted row: 1 for a live job, 0 for a retained done one.
+        # RETURNING one flag per deleted row: 1 for a live job, 0 for a retained done or
+        # cancelled one.
         self.purge = f"""
             DELETE FROM {t}
-            WHERE queue = ?1 AND state IN ('pending', 'inflight', 'parked', 'done')
-            RETURNING state <> 'done'"""
+            WHERE queue = ?1 AND state IN ('pending', 'inflight', 'parked', 'done', 'cancelled')
+            RETURNING state IN {_LIVE}"""
 
         # Params: queue, limit (-1: no limit).
         self.dlq_list = f"""
@@ -257,7 +411,7 @@ class Statements:
         self.dlq_retry = f"""
             UPDATE {t}
             SET state = 'pending', attempts = 0, available_at = ?1, finished_at = NULL,
-                lease_token = NULL, lease_expires_at = NULL
+                lease_token = NULL, lease_expires_at = NULL, unique_key = NULL
             WHERE seq = ?2 AND state = 'dead' AND attempts = ?3
               AND finished_at IS ?4 AND last_error IS ?5"""
 
@@ -288,6 +442,13 @@ class Statements:
 
         self.worker_gone = f"DELETE FROM {w} WHERE id = ?1"
 
+        # -- progress events -------------------------------------------------------------------
+        # Params: job_id, at, event.
+        self.event_publish = f"INSERT INTO {e} (job_id, at, event) VALUES (?1, ?2, ?3)"
+        self.event_last = f"SELECT coalesce(max(seq), 0) FROM {e}"
+        # Params: job_id, after seq.
+        self.event_read = f"SELECT seq, event FROM {e} WHERE job_id = ?1 AND seq > ?2 ORDER BY seq"
+
         # Param: alive_since.  Records of workers that died without deregistering.
         self.workers_prune = f"DELETE FROM {w} WHERE heartbeat_at < ?1"
 
@@ -312,6 +473,7 @@ class Statements:
                                   ELSE t.last_error END,
                 attempts = CASE WHEN s.outcome = 'release' THEN max(t.attempts - 1, 0)
                                 ELSE t.attempts END,
+                result = CASE WHEN s.outcome = 'done' THEN s.result ELSE t.result END,
                 lease_expires_at = NULL
             FROM ({source}) AS s
             WHERE t.id = s.id AND t.lease_token = s.token AND t.state = 'inflight'
@@ -322,7 +484,7 @@ class Statements:
         return f"ALTER TABLE {self.table} ADD COLUMN {column} {ADDED_COLUMNS[column]}"
 
     def enqueue_values(self, rows: int) -> str:
-        """Insert up to ``rows`` jobs bound as 13 parameters each, in ``ENQUEUE_COLUMNS`` order.
+        """Insert up to ``rows`` jobs bound as 14 parameters each, in ``ENQUEUE_COLUMNS`` order.
 
         Rows whose id is NULL are padding and skipped: the backend pads a batch to the next
         power of two, so a dozen statement texts serve every batch size from the connection's
@@ -341,9 +503,9 @@ class Statements:
     # SQLite's JSON functions cut text at a NUL character, so the rare settlement whose error
     # holds one binds its values as plain parameters instead.
     def settle_bound(self, rows: int) -> str:
-        """:attr:`settle` for ``rows`` settlements bound as 5 parameters each."""
-        values = ", ".join(["(?, ?, ?, ?, ?)"] * rows)
+        """:attr:`settle` for ``rows`` settlements bound as 6 parameters each."""
+        values = ", ".join(["(?, ?, ?, ?, ?, ?)"] * rows)
         return self._settle(
             "SELECT column1 AS id, column2 AS token, column3 AS outcome, column4 AS at, "
-            f"column5 AS error FROM (VALUES {values})"
+            f"column5 AS error, column6 AS result FROM (VALUES {values})"
         )

@@ -10,23 +10,30 @@ redis-py exceptions are mapped to :class:`~blamequeue.errors.QueueError` here, a
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
+import math
 import secrets
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, ClassVar, Final, TypeVar, cast
 from urllib.parse import urlsplit, urlunsplit
 
 import anyio
+import anyio.lowlevel
 import anyio.to_thread
 
 from blamequeue.abc import (
     JOB_STATES,
     Backend,
     BackendContext,
+    CancelOutcome,
     Capabilities,
     JobCursor,
     JobState,
+    JobWatch,
     Lease,
+    LeaseLimits,
     NewJob,
     Settlement,
     StoredJob,
@@ -37,13 +44,16 @@ from blamequeue.abc import (
 from blamequeue.errors import BadArgumentError, ConfigError, QueueError
 from blamequeue_redis._errors import map_redis_error
 from blamequeue_redis._keys import KeyLayout, QueueKeys, hash_tag
+from blamequeue_redis._limits_script import LEASE_LIMITED
 from blamequeue_redis._options import RedisOptions, parse_options
 from blamequeue_redis._scripts import (
+    CANCEL,
     COUNTS,
     DLQ_LIST,
     DLQ_PURGE,
     DLQ_RETRY,
     ENQUEUE,
+    ENQUEUE_UNIQUE,
     EXTEND,
     FLOW_JOBS,
     GET_JOB,
@@ -62,6 +72,7 @@ from blamequeue_redis._scripts import (
 from blamequeue_redis._transport import (
     AsyncioTransport,
     ClientSettings,
+    Listener,
     ScriptCall,
     ThreadTransport,
     Transport,
@@ -70,6 +81,8 @@ from blamequeue_redis._transport import (
 )
 
 __all__ = ["RedisBackend"]
+
+log = logging.getLogger("blamequeue")
 
 T = TypeVar("T")
 
@@ -140,6 +153,33 @@ def _stored(queue: str, row: list[Any]) -> StoredJob:
         flow_id=_opt(row[12]),
         depends_on=tuple(deps.split(" ")) if deps else (),
         finished_at=float(finished) if finished else None,
+        group_key=_opt(row[16]) if len(row) > 16 else None,
+        result=_opt(row[17]) if len(row) > 17 else None,
+    )
+
+
+def _enqueue_row(job: NewJob, optional: Sequence[str] = ()) -> tuple[Any, ...]:
+    """One job as the ENQUEUE script reads it; ``optional``: more (field, value) pairs."""
+    fields = list(optional)
+    if job.classification is not None:
+        fields += ("classification", job.classification)
+    if job.trace_id is not None:
+        fields += ("trace_id", job.trace_id)
+    if job.meta is not None:
+        fields += ("meta", job.meta)
+    if job.group_key is not None:
+        fields += ("group_key", job.group_key)
+    return (
+        job.id,
+        job.priority,
+        repr(job.created_at),
+        repr(job.available_at),
+        job.max_attempts,
+        job.payload,
+        job.parked,
+        job.flow_id or "",
+        job.depends_on,
+        fields,
     )
 
 
@@ -194,7 +234,13 @@ class RedisBackend(Backend):
         cross_process_wakeup=True,
         requires_seal_key=True,
         inspection=True,
+        unique=True,
+        results=True,
+        progress_events=True,
+        cancel=True,
         async_libraries=frozenset({"asyncio", "trio"}),
+        global_rate_limit=True,
+        group_limits=True,
     )
 
     def __init__(self, options: Mapping[str, Any], context: BackendContext) -> None:
@@ -261,7 +307,7 @@ class RedisBackend(Backend):
                 client = await anyio.to_thread.run_sync(settings.sync_client)
                 transport = ThreadTransport(client, owned=True)
         try:
-            await transport.load(SCRIPTS)
+            await transport.load((*SCRIPTS, LEASE_LIMITED))
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await transport.aclose()
@@ -368,38 +414,36 @@ class RedisBackend(Backend):
         # One script per queue: a batch is atomic per queue (the core enqueues one queue at a
         # time; a cluster could not make several queues' slots atomic anyway).
         for queue, batch in by_queue.items():
-            keys, script_keys = self._keys(queue)
-            if transport.cluster:
-                if queue not in self._registered:
-                    await self._guard(transport.command("SADD", self._layout.registry, queue))
-                    self._registered.add(queue)
-            else:
-                script_keys = (*script_keys, self._layout.registry)
-            rows = []
-            for job in batch:
-                optional: list[str] = []
-                if job.classification is not None:
-                    optional += ("classification", job.classification)
-                if job.trace_id is not None:
-                    optional += ("trace_id", job.trace_id)
-                if job.meta is not None:
-                    optional += ("meta", job.meta)
-                rows.append(
-                    (
-                        job.id,
-                        job.priority,
-                        repr(job.created_at),
-                        repr(job.available_at),
-                        job.max_attempts,
-                        job.payload,
-                        job.parked,
-                        job.flow_id or "",
-                        job.depends_on,
-                        optional,
-                    )
-                )
-            args = (keys.base, queue, _dumps(rows))
+            keys, script_keys = await self._enqueue_keys(queue)
+            args = (keys.base, queue, _dumps([_enqueue_row(job) for job in batch]))
             await self._guard(transport.script(ENQUEUE, script_keys, args))
+
+    async def _enqueue_keys(self, queue: str) -> tuple[QueueKeys, tuple[str, ...]]:
+        """The keys of ``queue`` and the ``KEYS`` of its enqueue scripts, which register the
+        queue (on a cluster the registry lives in another slot: registered here, once)."""
+        keys, script_keys = self._keys(queue)
+        transport = self._require()
+        if not transport.cluster:
+            return keys, (*script_keys, self._layout.registry)
+        if queue not in self._registered:
+            await self._guard(transport.command("SADD", self._layout.registry, queue))
+            self._registered.add(queue)
+        return keys, script_keys
+
+    async def enqueue_unique(
+        self, job: NewJob, *, unique_key: str, hold_until: float | None, now: float
+    ) -> str:
+        keys, script_keys = await self._enqueue_keys(job.queue)
+        optional: list[str] = ["unique_key", unique_key]
+        ttl = ""
+        if hold_until is not None:
+            optional += ("unique_until", repr(hold_until))
+            ttl = str(max(1, math.ceil((hold_until - now) * 1000)))
+        row = _enqueue_row(job, optional)
+        args = (keys.base, job.queue, _dumps([row]), unique_key, repr(now), ttl)
+        reply = await self._guard(self._require().script(ENQUEUE_UNIQUE, script_keys, args))
+        # The script answers the holder's id, or how many jobs it stored (then ours holds it).
+        return job.id if isinstance(reply, int) else str(_text(reply))
 
     # -- consuming -------------------------------------------------------------------------
     async def lease(
@@ -413,6 +457,31 @@ class RedisBackend(Backend):
         token = f"{secrets.token_hex(_TOKEN_HEX // 2)}:{queue}"
         expires_at = now + lease_seconds
         reply = await self._script(LEASE, queue, (now, limit, token, expires_at))
+        return [
+            Lease(job=_stored(queue, row), token=token, expires_at=expires_at)
+            for row in _rows(reply)
+        ]
+
+    async def lease_limited(
+        self, queue: str, *, limit: int, now: float, lease_seconds: float, limits: LeaseLimits
+    ) -> list[Lease]:
+        """:meth:`lease` under fleet-wide limits, in one script (see
+        :mod:`blamequeue_redis._limits_script`)."""
+        if limit <= 0:
+            self._require()
+            return []
+        token = f"{secrets.token_hex(_TOKEN_HEX // 2)}:{queue}"
+        expires_at = now + lease_seconds
+        args = (
+            now,
+            limit,
+            token,
+            expires_at,
+            "" if limits.group_concurrency is None else limits.group_concurrency,
+            "" if limits.rate_max is None else limits.rate_max,
+            "" if limits.rate_per_seconds is None else repr(limits.rate_per_seconds),
+        )
+        reply = await self._script(LEASE_LIMITED, queue, args)
         return [
             Lease(job=_stored(queue, row), token=token, expires_at=expires_at)
             for row in _rows(reply)
@@ -446,6 +515,7 @@ class RedisBackend(Backend):
                         repr(item.at),
                         False if item.error is None else _storable(item.error),
                         item.keep,
+                        False if item.result is None else item.result,
                     )
                 )
             calls.append(self._call(SETTLE, queue, (now, _dumps(items))))
@@ -463,7 +533,9 @@ class RedisBackend(Backend):
             return [await self._guard(transport.script(*calls[0]))]
         return await self._guard(transport.scripts(calls))
 
-    async def extend(self, leases: Sequence[tuple[str, str]], *, expires_at: float) -> list[bool]:
+    async def extend(
+        self, leases: Sequence[tuple[str, str]], *, expires_at: float
+    ) -> list[bool | None]:
         if not leases:
             return []
         self._require()
@@ -472,7 +544,7 @@ class RedisBackend(Backend):
             queue = _token_queue(token)
             if queue is not None:
                 by_queue.setdefault(queue, []).append(n)
-        held = [False] * len(leases)
+        held: list[bool | None] = [False] * len(leases)
         calls = [
             self._call(EXTEND, queue, (expires_at, _dumps([leases[n] for n in indexes])))
             for queue, indexes in by_queue.items()
@@ -480,7 +552,7 @@ class RedisBackend(Backend):
         replies = await self._run_calls(calls)
         for indexes, reply in zip(by_queue.values(), replies, strict=True):
             for n, flag in zip(indexes, _text(reply), strict=True):
-                held[n] = flag == "1"
+                held[n] = True if flag == "1" else None if flag == "c" else False
         return held
 
     async def sweep(self, *, now: float, retain_done: float, expired_error: str) -> SweepResult:
@@ -515,6 +587,36 @@ class RedisBackend(Backend):
         keys, _ = self._keys(queue)
         await self._guard(transport.wait(keys.signal, max(0.0, timeout)))
 
+    # -- results and progress ----------------------------------------------------------------
+    @contextlib.asynccontextmanager
+    async def watch_job(self, job_id: str) -> AsyncIterator[JobWatch]:
+        """Subscribes (a pub/sub connection of its own) to the job's events channel, where
+        ``ctx.progress`` publishes, and to its queue's ``settled`` channel, where the settle
+        script publishes the ids of the jobs that ended, atomically with their settlement."""
+        transport = self._require()
+        channels = [self._layout.events_prefix + job_id]
+        stored = await self.get_job(job_id)
+        if stored is not None:
+            channels.append(self._keys(stored.queue)[0].base + "settled")
+        try:
+            listener = await self._guard(transport.listen(channels))
+        except QueueError as exc:
+            if exc.retryable:
+                raise
+            # An ACL user without the events channels: results still work, by polling.
+            log.warning("%s: cannot subscribe to job events, polling instead: %s", self._where, exc)
+            yield JobWatch(self.context.clock)
+            return
+        try:
+            yield _RedisWatch(self.context.clock, job_id, listener, self._guard)
+        finally:
+            await listener.aclose()
+
+    async def publish_progress(self, job_id: str, event: str, *, now: float) -> None:
+        transport = self._require()
+        channel = self._layout.events_prefix + job_id
+        await self._guard(transport.command("PUBLISH", channel, "p" + event))
+
     # -- inspecting and operating ---------------------------------------------------------
     async def size(self, queue: str) -> int:
         return int(await self._script(SIZE, queue, ()))
@@ -541,6 +643,18 @@ class RedisBackend(Backend):
             text = _text(reply)
             if text:
                 return _stored(queue, json.loads(text))
+        return None
+
+    async def cancel(self, job_id: str, *, now: float) -> CancelOutcome | None:
+        # Given only an id: the script runs on every queue (pipelined) and acts only where the
+        # job is; each run is atomic on its own.
+        if not job_id:
+            raise BadArgumentError("queue/bad-argument", "job id must be a non-empty string")
+        for queue, reply in await self._each_queue(CANCEL, lambda _: (job_id, now)):
+            if isinstance(reply, list | tuple) and len(reply) == 2:
+                cancelled, text = reply
+                job = _stored(queue, json.loads(_text(text)))
+                return CancelOutcome(job=job, cancelled=int(cancelled) == 1)
         return None
 
     async def dlq_size(self, queue: str) -> int:
@@ -665,3 +779,35 @@ class RedisBackend(Backend):
             if worker.heartbeat_at >= alive_since:
                 workers.append(worker)
         return sorted(workers, key=lambda w: (w.queue, w.started_at, w.id))
+
+
+class _RedisWatch(JobWatch):
+    """Reads the job's events channel in short slices, so the queue's clock (virtual in tests)
+    decides when a wait ends."""
+
+    def __init__(
+        self,
+        clock: Any,
+        job_id: str,
+        listener: Listener,
+        guard: Callable[[Awaitable[Any]], Awaitable[Any]],
+    ) -> None:
+        super().__init__(clock)
+        self._job_id = job_id
+        self._listener = listener
+        self._guard = guard
+
+    async def next_event(self, timeout: float) -> str | None:
+        end = self.clock.now() + timeout
+        while (remaining := end - self.clock.now()) > 0:
+            message: tuple[str, str] | None = await self._guard(self._listener.get(remaining))
+            if message is None:
+                continue
+            channel, data = message
+            if channel.endswith(":settled"):
+                if self._job_id in data.split(" "):
+                    return None
+                continue
+            return data[1:]
+        await anyio.lowlevel.checkpoint()
+        return None

@@ -66,7 +66,8 @@ def map_redis_error(exc: BaseException, *, where: str) -> QueueError:
             f"ACL SETUSER <user> ~blamequeue:* +@all)",
         )
     if isinstance(exc, rx.ResponseError) and text.startswith(DUPLICATE_JOB):
-        return BadArgumentError("queue/bad-argument", f"{where}: {text[len(DUPLICATE_JOB) :]}")
+        detail = text[len(DUPLICATE_JOB) :].strip()
+        return BadArgumentError("queue/bad-argument", f"{where}: {detail}")
     if isinstance(exc, _TEMPORARY) or text.startswith(_TEMPORARY_REPLIES):
         return BackendUnavailableError(
             f"{where}: Redis is unavailable ({type(exc).__name__}: {text}); the call will be "

@@ -18,6 +18,7 @@ key                  type    holds
 ``B inflight``       zset    leased jobs: score lease expiry, member ``<id>``
 ``B done``           zset    retained done jobs: score ``finished_at`` (retention pruning)
 ``B dead``           zset    the dead-letter queue: score ``finished_at``
+``B cancelled``      zset    retained cancelled jobs: score ``finished_at`` (pruned like done)
 ``B parked``         set     flow children waiting for their dependencies
 ``B deps:<id>``      set     ids of parked jobs waiting for job ``<id>``
 ``B flow:<flow_id>`` zset    the jobs of one flow, score = enqueue order
@@ -25,12 +26,18 @@ key                  type    holds
                              listing order; kept by every transition)
 ``B seq``            string  the queue's enqueue counter (leasing's last tie-breaker)
 ``B signal``         list    wake-up tokens; idle consumers ``BLPOP`` it
+``B bucket``         hash    the fleet-wide rate limit's token bucket: ``tokens``, ``at``
 ===================  ======  ===============================================================
 
 And one key for the whole prefix: ``{prefix}:queues``, a set of every queue name ever
 enqueued to, so a sweep (and an operation given only a job id) can visit every queue; and the
 worker registry, ``{<prefix>:workers}:records`` (hash: worker id -> record JSON) and
 ``{<prefix>:workers}:beats`` (zset: worker id scored by its last heartbeat), one fixed hash tag.
+
+Pub/sub (no key): ``B settled`` carries the space-separated ids of the jobs one settle call
+ended (``done`` or ``dead``), published by the settle script atomically with the settlement;
+``{prefix}:events:<job id>`` carries one job's progress events (``p<event>`` per
+``ctx.progress``).  ``Queue.result`` and ``Queue.subscribe`` waiters listen to both.
 """
 
 from __future__ import annotations
@@ -90,6 +97,11 @@ class KeyLayout:
     def registry(self) -> str:
         """The set of every queue name enqueued to under this prefix."""
         return f"{self.prefix}:queues"
+
+    @property
+    def events_prefix(self) -> str:
+        """The pub/sub channel of a job's live events is this plus its id."""
+        return f"{self.prefix}:events:"
 
     def queue(self, queue: str) -> QueueKeys:
         return QueueKeys(queue=queue, base=f"{self.prefix}:{{{hash_tag(queue)}}}:")

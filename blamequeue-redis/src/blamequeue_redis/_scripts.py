@@ -27,12 +27,16 @@ from typing import Final
 
 import attrs
 
+from blamequeue.abc import UNIQUE_HOLDING_STATES
+
 __all__ = [
+    "CANCEL",
     "COUNTS",
     "DLQ_LIST",
     "DLQ_PURGE",
     "DLQ_RETRY",
     "ENQUEUE",
+    "ENQUEUE_UNIQUE",
     "EXTEND",
     "FLOW_JOBS",
     "GET_JOB",
@@ -71,6 +75,8 @@ ROW_FIELDS: Final = (
     "depends_on",
     "finished_at",
     "seq",
+    "group_key",
+    "result",
 )
 
 
@@ -91,7 +97,8 @@ _ROW_LUA = ", ".join(f"'{field}'" for field in ROW_FIELDS)
 
 # Helpers shared by every per-queue script.  f[i] below index ROW: 1 state, 2 payload,
 # 3 priority, 4 attempts, 5 max_attempts, 6 created_at, 7 available_at, 8 classification,
-# 9 trace_id, 10 last_error, 11 meta, 12 flow_id, 13 depends_on, 14 finished_at, 15 seq.
+# 9 trace_id, 10 last_error, 11 meta, 12 flow_id, 13 depends_on, 14 finished_at, 15 seq,
+# 16 group_key, 17 result.
 PRELUDE: Final = f"""
 local base = ARGV[1]
 -- KEYS[1] is the ready zset (it routes the call on a cluster); the queue's other keys share
@@ -99,6 +106,7 @@ local base = ARGV[1]
 local K_READY, K_DELAYED, K_INFLIGHT = KEYS[1], base .. 'delayed', base .. 'inflight'
 local K_DONE, K_DEAD, K_PARKED = base .. 'done', base .. 'dead', base .. 'parked'
 local K_SEQ, K_SIGNAL = base .. 'seq', base .. 'signal'
+local K_CANCELLED = base .. 'cancelled'
 local ROW = {{{_ROW_LUA}}}
 local WAKE_TOKENS = {WAKE_TOKENS}
 
@@ -107,6 +115,17 @@ local function jkey(id) return base .. 'job:' .. id end
 -- The per-state index of the queue (inspection's listing order): zset `st:<state>`, score
 -- seq, member id.  Every state change of a job goes through move().
 local function skey(state) return base .. 'st:' .. state end
+
+-- Unique jobs: the key string `unique:<key>` names the job that took the key.  Whether that
+-- job still holds it is checked by ENQUEUE_UNIQUE itself, so no transition has to release it;
+-- the string is dropped with its job's hash (delete_job), so a key without a TTL lives no
+-- longer than the job that took it.
+local function release_unique(id, uk)
+  if uk and redis.call('GET', base .. 'unique:' .. uk) == id then
+    redis.call('DEL', base .. 'unique:' .. uk)
+  end
+end
+
 local function move(id, seq, from, to)
   if from then redis.call('ZREM', skey(from), id) end
   if to then redis.call('ZADD', skey(to), seq, id) end
@@ -196,10 +215,17 @@ local function encode(rows)
   return cjson.encode(rows)
 end
 
+-- Tell result waiters (pub/sub, channel `<base>settled`) which jobs just ended, one message
+-- per call.  pcall: a user the ACL denies channels still settles (waiters then poll).
+local function announce(ids)
+  if #ids > 0 then redis.pcall('PUBLISH', base .. 'settled', table.concat(ids, ' ')) end
+end
+
 -- Delete a job's hash and indexes (not its membership in the state zsets: callers do that).
 local function delete_job(id, flow_id)
-  local st = redis.call('HGET', jkey(id), 'state')
+  local st, uk = unpack(redis.call('HMGET', jkey(id), 'state', 'unique_key'))
   if st then redis.call('ZREM', skey(st), id) end
+  release_unique(id, uk)
   if flow_id then redis.call('ZREM', base .. 'flow:' .. flow_id, id) end
   redis.call('DEL', jkey(id), base .. 'deps:' .. id)
 end
@@ -221,13 +247,25 @@ ENQUEUE: Final = _script(
 local jobs = cjson.decode(ARGV[3])
 local n = #jobs
 local seen = {}
+-- A batch whose every job is already stored as sent (same created_at and payload) is the
+-- queue's retry of this very call after its reply was lost: acknowledge it, store nothing.
+local replayed, taken = 0, nil
 for j = 1, n do
   local id = jobs[j][1]
-  if seen[id] or redis.call('EXISTS', jkey(id)) == 1 then
+  local dup = seen[id]
+  if not dup and redis.call('EXISTS', jkey(id)) == 1 then
+    local f = redis.call('HMGET', jkey(id), 'created_at', 'payload')
+    dup = f[1] ~= jobs[j][3] or f[2] ~= jobs[j][6]
+    replayed = replayed + 1
+    taken = taken or id
+  end
+  if dup then
     return redis.error_reply('BQDUP a job with id ' .. id .. ' already exists')
   end
   seen[id] = true
 end
+if replayed == n then return n end
+if taken then return redis.error_reply('BQDUP a job with id ' .. taken .. ' already exists') end
 local seq = redis.call('INCRBY', K_SEQ, n) - n
 local woken = 0
 local parked = {}
@@ -267,6 +305,40 @@ if KEYS[2] then redis.call('SADD', KEYS[2], ARGV[2]) end
 signal(woken)
 return n
 """,
+)
+
+# Unique jobs: ENQUEUE for one job, unless a job of the queue holds the unique key.  ARGV: as
+# ENQUEUE (the job's optional fields carry unique_key and unique_until), then the unique key,
+# now, and the key's TTL in milliseconds ('' = none).  The key string names the job that took
+# it; that job holds it while pending or inflight with its unique_until (none: no limit) after
+# `now`.  Returns the holder's id, or ENQUEUE's count when the job was stored (and took the
+# key).  The TTL (unique_for of real time) lets Redis drop a key whose time is up by itself.
+ENQUEUE_UNIQUE: Final = Script(
+    "enqueue_unique",
+    PRELUDE
+    + "local HOLDING = {"
+    + ", ".join(f"{state} = true" for state in UNIQUE_HOLDING_STATES)
+    + "}"
+    + """
+local ukey = base .. 'unique:' .. ARGV[4]
+local holder = redis.call('GET', ukey)
+if holder then
+  local h = redis.call('HMGET', jkey(holder), 'state', 'unique_key', 'unique_until')
+  if HOLDING[h[1]] and h[2] == ARGV[4]
+      and (not h[3] or tonumber(h[3]) > tonumber(ARGV[5])) then
+    return holder
+  end
+end
+local new_id = cjson.decode(ARGV[3])[1][1]
+if redis.call('EXISTS', jkey(new_id)) == 0 then  -- else ENQUEUE's check below refuses it
+  if ARGV[6] ~= '' then
+    redis.call('SET', ukey, new_id, 'PX', ARGV[6])
+  else
+    redis.call('SET', ukey, new_id)
+  end
+end
+"""
+    + ENQUEUE.source.removeprefix(PRELUDE),
 )
 
 # ARGV: base, now, limit, token, expires_at.  Returns the leased rows (JSON) in lease order.
@@ -319,7 +391,9 @@ return encode(out)
 )
 
 # ARGV: base, now, the settlements as one JSON array of [id, token, outcome, at, error (false:
-# none), keep (true/false)].  Returns one '1' (applied) or '0' (stale) per settlement.
+# none), keep (true/false), result (false: none)].  Returns one '1' (applied) or '0' (stale)
+# per settlement.  The ids of the jobs that ended (done or dead) are published, space-separated,
+# on the queue's channel `<base>settled` (one message per call), for result waiters.
 SETTLE: Final = _script(
     "settle",
     """
@@ -354,6 +428,8 @@ local function release(waiting, at)
   end
 end
 
+local ended = {}
+
 for j, item in ipairs(items) do
   local id, token, outcome, at, err, keep = item[1], item[2], item[3], item[4], item[5], item[6]
   local key = jkey(id)
@@ -373,6 +449,7 @@ for j, item in ipairs(items) do
       end
       if keep then
         redis.call('HSET', key, 'state', 'done', 'finished_at', at)
+        if type(item[7]) == 'string' then redis.call('HSET', key, 'result', item[7]) end
         move(id, f[5], 'inflight', 'done')
         done[#done + 1] = at
         done[#done + 1] = id
@@ -380,6 +457,7 @@ for j, item in ipairs(items) do
         delete_job(id, f[3])
       end
       if waiting then release(waiting, at) end
+      ended[#ended + 1] = id
     elseif outcome == 'dead' then
       redis.call('HSET', key, 'state', 'dead', 'finished_at', at)
       move(id, f[5], 'inflight', 'dead')
@@ -390,6 +468,7 @@ for j, item in ipairs(items) do
       end
       dead[#dead + 1] = at
       dead[#dead + 1] = id
+      ended[#ended + 1] = id
     elseif outcome == 'retry' then
       redis.call('HSET', key, 'state', 'pending', 'available_at', at)
       move(id, f[5], 'inflight', 'pending')
@@ -414,11 +493,13 @@ bulk('ZADD', K_DONE, done)
 bulk('ZADD', K_DEAD, dead)
 flush()
 signal(woken)
+announce(ended)
 return table.concat(res)
 """,
 )
 
-# ARGV: base, expires_at, the leases as one JSON array of [id, token].  One '1'/'0' per lease.
+# ARGV: base, expires_at, the leases as one JSON array of [id, token].  One '1' (held), '0'
+# (lost) or 'c' (the job was cancelled under this lease: stop the handler) per lease.
 EXTEND: Final = _script(
     "extend",
     """
@@ -432,6 +513,8 @@ for j, pair in ipairs(cjson.decode(ARGV[3])) do
     redis.call('HSET', key, 'expires_at', expires)
     redis.call('ZADD', K_INFLIGHT, expires, id)
     res[j] = '1'
+  elseif f[1] == 'cancelled' and f[2] == token then
+    res[j] = 'c'
   else
     res[j] = '0'
   end
@@ -442,6 +525,7 @@ return table.concat(res)
 
 # ARGV: base, now, expired_error, cutoff (prune done jobs finished before it), budget.
 # Returns [expired rows (JSON), dead rows (JSON), pruned count, more (1: a budget ran out)].
+# The jobs it dead-letters or prunes are announced on `<base>settled` (result waiters).
 SWEEP: Final = _script(
     "sweep",
     """
@@ -478,10 +562,19 @@ for _, id in ipairs(old) do
   delete_job(id, redis.call('HGET', jkey(id), 'flow_id'))
 end
 bulk('ZREM', K_DONE, old)
+local gone = redis.call('ZRANGEBYSCORE', K_CANCELLED, '-inf', '(' .. cutoff, 'LIMIT', 0, budget)
+for _, id in ipairs(gone) do
+  delete_job(id, redis.call('HGET', jkey(id), 'flow_id'))
+end
+bulk('ZREM', K_CANCELLED, gone)
 signal(woken)
+local ended = {}
+for i = 2, #buried, 2 do ended[#ended + 1] = buried[i] end
+for _, id in ipairs(old) do ended[#ended + 1] = id end
+announce(ended)
 local more = 0
-if #ids >= budget or #old >= budget then more = 1 end
-return {encode(expired), encode(dead), #old, more}
+if #ids >= budget or #old >= budget or #gone >= budget then more = 1 end
+return {encode(expired), encode(dead), #old + #gone, more}
 """,
 )
 
@@ -524,6 +617,7 @@ if budget > 0 then
   live = live + #parked
 end
 wipe(K_DONE, 1, false)
+wipe(K_CANCELLED, 1, false)
 local more = 0
 if budget <= 0 then more = 1 end
 return {live, more}
@@ -557,7 +651,8 @@ local before = cjson.encode(row(id, f))
 redis.call('ZREM', K_DEAD, id)
 redis.call('HSET', key, 'state', 'pending', 'attempts', '0', 'available_at', now)
 move(id, f[15], 'dead', 'pending')
-redis.call('HDEL', key, 'finished_at')
+release_unique(id, redis.call('HGET', key, 'unique_key'))  -- back without its unique key
+redis.call('HDEL', key, 'finished_at', 'unique_key', 'unique_until')
 local woken = pend(id, now, f[3], f[15], now)
 flush()
 signal(woken)
@@ -629,13 +724,45 @@ return encode(out)
 """,
 )
 
-# ARGV: base.  {pending, inflight, parked, done, dead} counts of the queue.
+# ARGV: base.  {pending, inflight, parked, done, dead, cancelled} counts of the queue.
 COUNTS: Final = _script(
     "counts",
     """
 return {redis.call('ZCARD', K_READY) + redis.call('ZCARD', K_DELAYED),
   redis.call('ZCARD', K_INFLIGHT), redis.call('SCARD', K_PARKED),
-  redis.call('ZCARD', K_DONE), redis.call('ZCARD', K_DEAD)}
+  redis.call('ZCARD', K_DONE), redis.call('ZCARD', K_DEAD), redis.call('ZCARD', K_CANCELLED)}
+""",
+)
+
+# ARGV: base, job id, now.  Moves a pending (due or delayed), inflight or parked job to
+# 'cancelled' (finished_at = now), out of every index a lease, the sweep or size() reads; its
+# token stays, fencing the old lease (settle wants 'inflight') and telling extend to report
+# the cancel.  Returns {1, row} when it cancelled the job, {0, row} when the job had already
+# finished (left as it is), '' when this queue has no such job.
+CANCEL: Final = _script(
+    "cancel",
+    """
+local id, now = ARGV[2], ARGV[3]
+local key = jkey(id)
+local f = redis.call('HMGET', key, unpack(ROW))
+if not f[1] then return '' end
+local was = f[1]
+if was == 'pending' then
+  redis.call('ZREM', K_DELAYED, id)
+  redis.call('ZREM', K_READY, hextime(f[7]) .. string.format('%016x', tonumber(f[15])) .. id)
+elseif was == 'inflight' then
+  redis.call('ZREM', K_INFLIGHT, id)
+elseif was == 'parked' then
+  -- Its entries in deps:<dep> stay: a release only moves jobs still parked.
+  redis.call('SREM', K_PARKED, id)
+else
+  return {0, cjson.encode(row(id, f))}
+end
+redis.call('HSET', key, 'state', 'cancelled', 'finished_at', now)
+move(id, f[15], was, 'cancelled')
+redis.call('ZADD', K_CANCELLED, now, id)
+f[1], f[14] = 'cancelled', now
+return {1, cjson.encode(row(id, f))}
 """,
 )
 
@@ -675,6 +802,7 @@ return redis.call('HVALS', KEYS[1])
 )
 
 SCRIPTS: Final = (
+    CANCEL,
     ENQUEUE,
     LEASE,
     SETTLE,
@@ -692,4 +820,5 @@ SCRIPTS: Final = (
     WORKER_BEAT,
     WORKER_GONE,
     WORKER_LIST,
+    ENQUEUE_UNIQUE,
 )

@@ -46,6 +46,7 @@ from blamequeue_redis._scripts import Script
 __all__ = [
     "AsyncioTransport",
     "ClientSettings",
+    "Listener",
     "ScriptCall",
     "ThreadTransport",
     "Transport",
@@ -216,6 +217,71 @@ async def _run_unblockable(
     return outcome[0]
 
 
+#: The longest a listener blocks in one read, in real seconds: a wait on the queue's clock
+#: reads in slices this long, so a virtual clock's deadline is noticed and a worker thread is
+#: never held long after a cancel.
+LISTEN_SLICE: Final = 0.25
+
+
+class Listener(abc.ABC):
+    """One pub/sub subscription on a connection of its own (``Transport.listen``)."""
+
+    @abc.abstractmethod
+    async def get(self, timeout: float) -> tuple[str, str] | None:
+        """The next message published on its channels, as ``(channel, data)``, or ``None``
+        after ``timeout`` seconds (at most :data:`LISTEN_SLICE`)."""
+
+    @abc.abstractmethod
+    async def aclose(self) -> None: ...
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "surrogatepass") if isinstance(value, bytes) else str(value)
+
+
+def _message_text(message: Any) -> tuple[str, str] | None:
+    if message is None or message.get("type") not in ("message", "smessage"):
+        return None
+    return _text(message["channel"]), _text(message["data"])
+
+
+def _confirmed(message: Any) -> bool:
+    return message is not None and message.get("type") in ("subscribe", "ssubscribe")
+
+
+class _AsyncListener(Listener):
+    def __init__(self, pubsub: Any) -> None:
+        self._pubsub = pubsub
+
+    async def get(self, timeout: float) -> tuple[str, str] | None:
+        message = await self._pubsub.get_message(
+            ignore_subscribe_messages=True, timeout=min(max(timeout, 0.0), LISTEN_SLICE)
+        )
+        return _message_text(message)
+
+    async def aclose(self) -> None:
+        with anyio.CancelScope(shield=True):
+            await self._pubsub.aclose()
+
+
+class _ThreadListener(Listener):
+    def __init__(self, pubsub: Any, limiter: anyio.CapacityLimiter) -> None:
+        self._pubsub = pubsub
+        self._limiter = limiter
+
+    async def get(self, timeout: float) -> tuple[str, str] | None:
+        read = functools.partial(
+            self._pubsub.get_message,
+            ignore_subscribe_messages=True,
+            timeout=min(max(timeout, 0.0), LISTEN_SLICE),
+        )
+        return _message_text(await anyio.to_thread.run_sync(read, limiter=self._limiter))
+
+    async def aclose(self) -> None:
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(self._pubsub.close, limiter=self._limiter)
+
+
 class Transport(abc.ABC):
     """What the backend needs from a Redis client."""
 
@@ -239,6 +305,10 @@ class Transport(abc.ABC):
     @abc.abstractmethod
     async def load(self, scripts: Sequence[Script]) -> None:
         """``SCRIPT LOAD`` every script (on every primary of a cluster)."""
+
+    @abc.abstractmethod
+    async def listen(self, channels: Sequence[str]) -> Listener:
+        """Subscribe to ``channels`` (``SUBSCRIBE`` confirmed when this returns)."""
 
     @abc.abstractmethod
     async def wait(self, key: str, timeout: float) -> bool:
@@ -325,6 +395,21 @@ class AsyncioTransport(Transport):
     async def load(self, scripts: Sequence[Script]) -> None:
         for script in scripts:
             await self.client.script_load(script.source)
+
+    async def listen(self, channels: Sequence[str]) -> Listener:
+        pubsub = self.client.pubsub()
+        try:
+            await pubsub.subscribe(*channels)
+            # Until the server confirms, a message published meanwhile could be missed.
+            with anyio.fail_after(CONNECT_TIMEOUT):
+                for _ in channels:
+                    while not _confirmed(await pubsub.get_message(timeout=LISTEN_SLICE)):
+                        pass
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await pubsub.aclose()
+            raise
+        return _AsyncListener(pubsub)
 
     def _waiter_source(self, key: str) -> tuple[str, Any, Callable[[], Any]]:
         """(pool name, node, factory of a new dedicated connection) for waits on ``key``."""
@@ -459,6 +544,26 @@ class ThreadTransport(Transport):
                 self.client.script_load(script.source)
 
         await self._run(load_all)
+
+    async def listen(self, channels: Sequence[str]) -> Listener:
+        def subscribe() -> Any:
+            pubsub = self.client.pubsub()
+            try:
+                pubsub.subscribe(*channels)
+                confirmed = 0
+                for _ in range(int(CONNECT_TIMEOUT / LISTEN_SLICE)):
+                    confirmed += _confirmed(pubsub.get_message(timeout=LISTEN_SLICE))
+                    if confirmed == len(channels):
+                        break
+                else:
+                    raise TimeoutError(f"no confirmation of SUBSCRIBE {' '.join(channels)}")
+            except BaseException:
+                pubsub.close()
+                raise
+            return pubsub
+
+        pubsub = await anyio.to_thread.run_sync(subscribe, limiter=self._wait_limiter)
+        return _ThreadListener(pubsub, self._wait_limiter)
 
     async def _checkout(self, key: str) -> _SyncWaiter:
         """An idle dedicated connection for waits on ``key``, or a new one."""

@@ -15,6 +15,8 @@ settle ``release``        same as ``dead`` but back to the queue, the attempt gi
                           (FIFO: ChangeMessageVisibilityBatch to 0, keeping the order)
 extend (heartbeat)        ChangeMessageVisibilityBatch
 wait_for_work (idle)      ReceiveMessage with WaitTimeSeconds (long polling)
+copies of a job           DeleteMessageBatch, at lease (a send stored twice: its answer
+                          was lost and the retry sent it again)
 size                      GetQueueAttributes
 purge                     GetQueueAttributes, PurgeQueue
 dlq_size                  GetQueueAttributes on the dead-letter queue
@@ -80,7 +82,7 @@ from blamequeue_sqs._messages import (
 )
 from blamequeue_sqs._options import QUEUE_PLACEHOLDER, SqsOptions, parse_options
 from blamequeue_sqs._sqs_errors import is_missing_queue, is_stale, map_error
-from blamequeue_sqs._transport import SqsTransport
+from blamequeue_sqs._transport import NO_BOTOCORE_RETRIES, SqsTransport, botocore_tries
 
 __all__ = ["SqsBackend"]
 
@@ -161,9 +163,10 @@ class _Chores:
     foreign: list[_Received] = attrs.field(factory=list)
     parked: list[tuple[_Received, Decoded]] = attrs.field(factory=list)
     exhausted: list[tuple[_Received, Decoded]] = attrs.field(factory=list)
+    copies: list[_Received] = attrs.field(factory=list)
 
     def __bool__(self) -> bool:
-        return bool(self.foreign or self.parked or self.exhausted)
+        return bool(self.foreign or self.parked or self.exhausted or self.copies)
 
 
 def _infer_region(url: str | None) -> str | None:
@@ -237,6 +240,9 @@ class SqsBackend(Backend):
         self._held: dict[str, _Held] = {}
         self._settled: dict[str, bool] = {}
         self._sent: dict[str, None] = {}
+        # Job ids this process completed: a later message of one is a copy (a send whose
+        # answer was lost, stored twice), deleted on receipt instead of run again.
+        self._done: dict[str, None] = {}
         self._asked: dict[str, tuple[int, int]] = {}
         self._expired_error: str | None = None
         self._dead_at_lease: list[StoredJob] = []
@@ -258,6 +264,20 @@ class SqsBackend(Backend):
         if client is None:
             client = await anyio.to_thread.run_sync(self._make_client)
             self._owned_client = client
+        else:
+            tries = botocore_tries(client)
+            if tries is not None and tries > 1:
+                log.warning(
+                    "%s: the client passed as 'client' retries each request itself (%d tries): "
+                    "with the backend's 'retry' policy on top, a failing call makes %d times "
+                    "its requests, waits out botocore's backoff in a worker thread, and fewer "
+                    "faults reach the circuit breaker. Make the client with "
+                    "botocore.config.Config(retries={'total_max_attempts': 1}) to leave "
+                    "retrying to the 'retry' option",
+                    self._where,
+                    tries,
+                    tries,
+                )
         self._transport = SqsTransport(
             client, limit=config.max_in_flight_requests, where=self._where
         )
@@ -298,7 +318,7 @@ class SqsBackend(Backend):
                         max_pool_connections=config.max_in_flight_requests,
                         # One retry policy: the queue's `retry` config (it also keeps the request
                         # count honest).
-                        retries={"mode": "standard", "total_max_attempts": 1},
+                        retries=dict(NO_BOTOCORE_RETRIES),
                         connect_timeout=5,
                         read_timeout=_MAX_WAIT_SECONDS + 10,
                     ),
@@ -624,7 +644,6 @@ class SqsBackend(Backend):
                 continue  # sent by an earlier try of this same call
             planned.setdefault(route.url, (route, []))[1].append(entry)
             self._quiet.discard(route.url)
-        sent: list[str] = []
         failed: list[tuple[str, str]] = []
         retryable = True
         try:
@@ -637,26 +656,28 @@ class SqsBackend(Backend):
                     for item in response.get("Successful", []):
                         job_id = by_id[item["Id"]]["MessageAttributes"][ATTR_JOB_ID]["StringValue"]
                         _remember(self._sent, job_id, None)
-                        sent.append(job_id)
                     for item in response.get("Failed", []):
                         job_id = by_id[item["Id"]]["MessageAttributes"][ATTR_JOB_ID]["StringValue"]
                         failed.append((job_id, f"{item.get('Code')}: {item.get('Message', '')}"))
                         retryable = retryable and not item.get("SenderFault", False)
         except QueueError as exc:
-            if not sent:
+            # Counted over every try of this call (the core's retries resend only the rest):
+            # what the caller must not enqueue again.
+            stored = [index for index, job in enumerate(jobs) if job.id in self._sent]
+            if not stored:
                 raise
             raise BackendUnavailableError(
-                f"{exc.message}. SQS has no atomic batch: {len(sent)} of {len(jobs)} job(s) "
-                f"were stored before the failure (the first: {sent[0]}); a retry of this "
-                f"call sends only the rest",
+                f"{exc.message}. SQS has no atomic batch: {len(stored)} of {len(jobs)} job(s) "
+                f"were stored before the failure (payloads {_spans(stored)} of the list) and "
+                f"will run; enqueue only the others again",
                 retryable=exc.retryable,
             ) from exc
         if failed:
             detail = "; ".join(f"{job_id}: {reason}" for job_id, reason in failed[:5])
             raise BackendUnavailableError(
                 f"{self._where}: SQS refused {len(failed)} of {len(jobs)} job(s) ({detail}); "
-                f"the others were stored (SQS has no atomic batch), so a retry of this call "
-                f"sends only the refused ones",
+                f"the others were stored and will run (SQS has no atomic batch): enqueue only "
+                f"the refused ones again",
                 retryable=retryable,
             )
 
@@ -710,7 +731,8 @@ class SqsBackend(Backend):
         chores = _Chores()
         received = self._take_stash(route, limit, now)
         self._classify(received, now, leases, chores)
-        count = len(received)
+        # Copies are deleted, not handed out: they leave room for more.
+        count = len(received) - len(chores.copies)
         if route.url in self._quiet:
             self._quiet.discard(route.url)
             if not received:
@@ -725,8 +747,9 @@ class SqsBackend(Backend):
                 received_at=now,
                 expires_at=expires_at,
             )
-            count += len(batch)
+            copies = len(chores.copies)
             self._classify(batch, now, leases, chores)
+            count += len(batch) - (len(chores.copies) - copies)
             if len(batch) < want:
                 break
         if chores:
@@ -734,17 +757,28 @@ class SqsBackend(Backend):
                 await self._do_chores(route, chores, now)
             except QueueError as exc:
                 # They come back after their visibility timeout and are dealt with then.
-                log.warning("%s: could not re-park or dead-letter messages: %s", self._where, exc)
+                log.warning(
+                    "%s: could not delete copies, re-park or dead-letter messages: %s",
+                    self._where,
+                    exc,
+                )
         leases.sort(key=lambda lease: lease.job.id)
         return leases
 
     def _classify(
         self, received: Sequence[_Received], now: float, leases: list[Lease], chores: _Chores
     ) -> None:
+        handed = {lease.job.id for lease in leases}
         for item in received:
             decoded = decode(item.message)
             if decoded is None:
                 chores.foreign.append(item)
+                continue
+            if decoded.job_id in self._done or decoded.job_id in handed:
+                # A copy of a job done here, or of one this lease hands out already: SQS
+                # stored a send twice.  (Not checked against leases held from earlier calls: a
+                # release re-sends its job while the old lease is still held.)
+                chores.copies.append(item)
                 continue
             if decoded.park_until is not None:
                 chores.parked.append((item, decoded))
@@ -765,9 +799,22 @@ class SqsBackend(Backend):
                 received_at=item.received_at,
             )
             leases.append(Lease(job=job, token=token, expires_at=item.expires_at))
+            handed.add(job.id)
 
     async def _do_chores(self, route: _Route, chores: _Chores, now: float) -> None:
         transport = self._require_transport()
+        for url, copies in _by_url(chores.copies).items():
+            log.info(
+                "%s: deleting %d extra cop(ies) of jobs done or running here (a send SQS "
+                "stored twice)",
+                self._where,
+                len(copies),
+            )
+            await transport.batch(
+                "DeleteMessageBatch",
+                url,
+                [{"ReceiptHandle": c.message["ReceiptHandle"]} for c in copies],
+            )
         moves: list[tuple[str, str, dict[str, Any]]] = []  # (receipt, target url, entry)
         for item in chores.foreign:
             dlq = route.dlq_url
@@ -977,6 +1024,9 @@ class SqsBackend(Backend):
                 results,
                 problems,
             )
+            for index, held in deletes:
+                if results[index]:
+                    _remember(self._done, held.job.id, None)
         if changes:
             await self._apply(
                 "ChangeMessageVisibilityBatch",
@@ -1346,6 +1396,17 @@ def _attempts(decoded: Decoded, receive_count: int | None = None) -> int:
     before = decoded.body.get("attempts_before", 0)
     count = decoded.receive_count if receive_count is None else receive_count
     return count + (before if isinstance(before, int) and before > 0 else 0)
+
+
+def _spans(indexes: Sequence[int]) -> str:
+    """``[0, 1, 2, 5]`` → ``"0-2, 5"`` (sorted indexes)."""
+    spans: list[list[int]] = []
+    for index in indexes:
+        if spans and index == spans[-1][1] + 1:
+            spans[-1][1] = index
+        else:
+            spans.append([index, index])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
 
 
 def _set_from_thread(event: anyio.Event) -> None:

@@ -21,7 +21,7 @@ from typing import Any, Final
 
 import attrs
 
-from blamequeue_sqs._transport import CountingClient
+from blamequeue_sqs._transport import NO_BOTOCORE_RETRIES, CountingClient
 
 __all__ = [
     "BenchSetup",
@@ -167,14 +167,17 @@ def bench_setup(endpoint_url: str | None) -> BenchSetup:
     the server).
     """
     import boto3
+    import botocore.config
 
+    # As the backend makes its own: botocore tries once, so every request is counted once.
+    one_try = botocore.config.Config(retries=dict(NO_BOTOCORE_RETRIES))
     server: MotoServer | None = None
     if endpoint_url is None:
         server = MotoServer()
         endpoint_url = server.start()
-        raw = boto3.client("sqs", endpoint_url=endpoint_url, **FAKE_CREDENTIALS)
+        raw = boto3.client("sqs", endpoint_url=endpoint_url, config=one_try, **FAKE_CREDENTIALS)
     else:
-        raw = boto3.client("sqs", endpoint_url=endpoint_url)
+        raw = boto3.client("sqs", endpoint_url=endpoint_url, config=one_try)
     prefix = f"blamequeue-bench-{secrets.token_hex(4)}"
     try:
         # One queue made here tells the URL layout (account) the others follow.

@@ -35,6 +35,21 @@ _THROTTLED: Final = frozenset(
         "RequestTimeoutException",
     }
 )
+# What the caller of a temporary failure reads: by then the retry policy has given up.
+_TEMPORARY: Final = (
+    "a temporary fault, already retried as the backend's 'retry' option says: try again later "
+    "(a consumer does so by itself)"
+)
+# The request was sent and the connection lost before the answer: it may have taken effect.
+_ANSWER_LOST: Final = (
+    botocore.exceptions.ConnectionClosedError,
+    botocore.exceptions.ReadTimeoutError,
+)
+_SENDS: Final = frozenset({"SendMessage", "SendMessageBatch"})
+_MAYBE_SENT: Final = (
+    ": its jobs may be stored, and then run, although this call failed; enqueueing them "
+    "again may run them twice"
+)
 _NO_QUEUE: Final = frozenset({"NonExistentQueue", "QueueDoesNotExist"})
 _DENIED: Final = frozenset({"AccessDenied", "AccessDeniedException", "KmsAccessDenied"})
 _CREDENTIALS: Final = frozenset(
@@ -99,7 +114,7 @@ def map_error(exc: Exception, *, where: str, action: str) -> QueueError:
         if code in _THROTTLED or _status(exc) >= 500:
             return BackendUnavailableError(
                 f"{where}: SQS {action} failed temporarily ({code or _status(exc)}: {text}); "
-                f"the call will be retried"
+                f"{_TEMPORARY}"
             )
         if code in _NO_QUEUE:
             return BackendUnavailableError(
@@ -162,9 +177,15 @@ def map_error(exc: Exception, *, where: str, action: str) -> QueueError:
         | OSError
         | TimeoutError,
     ):
+        if isinstance(exc, _ANSWER_LOST):
+            return BackendUnavailableError(
+                f"{where}: SQS {action} got no answer ({type(exc).__name__}: {exc}); SQS may "
+                f"have applied the request before the answer was lost"
+                + (_MAYBE_SENT if action in _SENDS else "")
+                + f"; {_TEMPORARY}"
+            )
         return BackendUnavailableError(
-            f"{where}: could not reach SQS for {action} ({type(exc).__name__}: {exc}); the "
-            f"call will be retried"
+            f"{where}: could not reach SQS for {action} ({type(exc).__name__}: {exc}); {_TEMPORARY}"
         )
     return BackendUnavailableError(
         f"{where}: SQS {action} raised {type(exc).__name__}: {exc}", retryable=False

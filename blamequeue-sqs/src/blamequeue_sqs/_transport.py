@@ -7,7 +7,7 @@ import re
 import threading
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 import anyio
 import anyio.to_thread
@@ -15,7 +15,13 @@ import anyio.to_thread
 from blamequeue_sqs._messages import MAX_BATCH_ENTRIES
 from blamequeue_sqs._sqs_errors import map_error
 
-__all__ = ["CountingClient", "SqsTransport"]
+__all__ = ["NO_BOTOCORE_RETRIES", "CountingClient", "SqsTransport", "botocore_tries"]
+
+#: The ``retries`` of every boto3 client the backend makes: one try per request, so the
+#: backend's ``retry`` policy is the only one that retries and the breaker hears of every fault.
+NO_BOTOCORE_RETRIES: Final = {"mode": "standard", "total_max_attempts": 1}
+# botocore's own default tries per request, by retry mode.
+_DEFAULT_TRIES: Final = {"legacy": 5, "standard": 3, "adaptive": 3}
 
 T = TypeVar("T")
 
@@ -25,6 +31,18 @@ _CAMEL = re.compile(r"(?<!^)(?=[A-Z])")
 def method_name(action: str) -> str:
     """``ReceiveMessage`` → ``receive_message`` (the boto3 client method of an SQS action)."""
     return _CAMEL.sub("_", action).lower()
+
+
+def botocore_tries(client: Any) -> int | None:
+    """How many times botocore tries each request of ``client`` (a boto3 client, or a
+    :class:`CountingClient` around one); ``None`` when it does not tell."""
+    retries = getattr(getattr(getattr(client, "meta", None), "config", None), "retries", None)
+    if not isinstance(retries, Mapping):
+        return None
+    total = retries.get("total_max_attempts")
+    if isinstance(total, int) and not isinstance(total, bool):
+        return total
+    return _DEFAULT_TRIES.get(str(retries.get("mode", "standard")))
 
 
 class SqsTransport:

@@ -36,10 +36,12 @@ from blamequeue._tasks import (
     Task,
     to_wire,
 )
+from blamequeue._uniqueness import refuse_in_batch, unique_claim
 from blamequeue._validation import (
     check_delay,
     check_max_attempts,
     check_optional_str,
+    check_positive_seconds,
     check_priority,
     check_queue_name,
 )
@@ -152,15 +154,25 @@ def _check_call(queue_name: Any, options: Mapping[str, Any]) -> None:
             check_optional_str(options[key], key)
     if options.get("backoff") is not None:
         parse_backoff(options["backoff"])
+    unique_claim(options.get("unique_key"), options.get("unique_for"))
+    if options.get("timeout") is not None:
+        check_positive_seconds(options["timeout"], "timeout")
 
 
 class _ContextRecords:
     """What a handler did with its context: lease extensions and progress reports."""
 
-    def __init__(self, job: Job, lease_expires_at: datetime, now: Callable[[], datetime]) -> None:
+    def __init__(
+        self,
+        job: Job,
+        lease_expires_at: datetime,
+        now: Callable[[], datetime],
+        dependency_results: Mapping[str, Any] | None = None,
+    ) -> None:
         self.job = job
         self.lease_expires_at = lease_expires_at
         self._now = now
+        self._dependency_results = dict(dependency_results or {})
         self.extensions: list[float] = []
         """Each ``extend_lease(seconds)`` call, in order."""
         self.progress_updates: list[tuple[float, Any]] = []
@@ -206,6 +218,10 @@ class FakeJobContext(_ContextRecords):
     async def progress(self, percent: float, data: Any = None) -> None:
         self._progress(percent, data)
 
+    async def dependency_results(self) -> dict[str, Any]:
+        """What :meth:`QueueFake.run_job` was given as ``dependency_results`` (``{}``)."""
+        return dict(self._dependency_results)
+
 
 class SyncFakeJobContext(_ContextRecords):
     """Like :class:`FakeJobContext`, with plain methods, for plain ``def`` handlers."""
@@ -216,6 +232,9 @@ class SyncFakeJobContext(_ContextRecords):
 
     def progress(self, percent: float, data: Any = None) -> None:
         self._progress(percent, data)
+
+    def dependency_results(self) -> dict[str, Any]:
+        return dict(self._dependency_results)
 
 
 def _is_async(handler: Callable[..., Any]) -> bool:
@@ -355,6 +374,7 @@ class QueueFake:
                     f"payloads must be a list of payloads, got {type(payloads).__name__}",
                 )
             items = list(payloads)
+            refuse_in_batch(options.get("unique_key"), options.get("unique_for"))
             _check_call(queue_name, options)
             for payload in items:  # all or nothing, like the real call
                 dumps(payload)
@@ -532,13 +552,15 @@ class QueueFake:
         attempts: int = 1,
         max_attempts: int = 5,
         lease: float = 30.0,
+        dependency_results: Mapping[str, Any] | None = None,
     ) -> Any:
         """Run ``handler(job, ctx)`` once, directly (no backend, no retries) and return its
         result.  ``handler`` may also be a task (a ``Task`` subclass or a ``@task`` function):
         its handler then gets ``payload`` as a dispatch would deliver it.  An async handler
         gets a :class:`FakeJobContext` and is awaited; a plain
         ``def`` handler is called with a :class:`SyncFakeJobContext`.  The context is kept in
-        :attr:`last_context`."""
+        :attr:`last_context`; its ``dependency_results()`` answers ``dependency_results``
+        (a flow child's view of its dependencies' results, ``{}`` by default)."""
         if _task_name(handler) is not None:
             entry = RegisteredTask.of(cast(Any, handler))
             handler = entry.job_handler()
@@ -555,10 +577,10 @@ class QueueFake:
             )
         expires = job.available_at + timedelta(seconds=lease)
         if _is_async(handler):
-            context = FakeJobContext(job, expires, self._now)
+            context = FakeJobContext(job, expires, self._now, dependency_results)
             self.last_context = context
             return await handler(job, context)
-        sync_context = SyncFakeJobContext(job, expires, self._now)
+        sync_context = SyncFakeJobContext(job, expires, self._now, dependency_results)
         self.last_context = sync_context
         result = handler(job, sync_context)
         if inspect.isawaitable(result):  # e.g. a lambda returning a coroutine

@@ -22,11 +22,14 @@ store, like several workers on one database; without it each backend has a priva
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import itertools
+import math
 import secrets
 import threading
-from collections.abc import Mapping, Sequence
+from collections import deque
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, ClassVar
 
 import anyio
@@ -34,12 +37,16 @@ import anyio.lowlevel
 
 from blamequeue.abc import (
     JOB_STATES,
+    UNIQUE_HOLDING_STATES,
     Backend,
     BackendContext,
+    CancelOutcome,
     Capabilities,
     JobCursor,
     JobState,
+    JobWatch,
     Lease,
+    LeaseLimits,
     NewJob,
     Settlement,
     StoredJob,
@@ -68,6 +75,7 @@ class _Row:
         "expires_at",
         "finished_at",
         "flow_id",
+        "group_key",
         "id",
         "last_error",
         "max_attempts",
@@ -75,10 +83,13 @@ class _Row:
         "payload",
         "priority",
         "queue",
+        "result",
         "seq",
         "state",
         "token",
         "trace_id",
+        "unique_key",
+        "unique_until",
         "version",
     )
 
@@ -98,12 +109,16 @@ class _Row:
         self.meta = job.meta
         self.flow_id = job.flow_id
         self.depends_on = tuple(job.depends_on)
+        self.group_key = job.group_key
         self.finished_at: float | None = None
+        self.result: str | None = None
         self.token: str | None = None
         self.expires_at = 0.0
         self.seq = seq  # enqueue order: the last tie-breaker of leasing order
         self.dead_order = 0  # when it became dead: the tie-breaker of dlq_list
         self.version = 0
+        self.unique_key: str | None = None  # set by enqueue_unique, dropped by dlq_retry
+        self.unique_until: float | None = None
 
     def snapshot(self) -> StoredJob:
         return StoredJob(
@@ -123,6 +138,8 @@ class _Row:
             flow_id=self.flow_id,
             depends_on=self.depends_on,
             finished_at=self.finished_at,
+            group_key=self.group_key,
+            result=self.result,
         )
 
 
@@ -138,7 +155,7 @@ class _QueueIndex:
     def __init__(self) -> None:
         self.rows: dict[str, _Row] = {}
         self.counts: dict[JobState, int] = dict.fromkeys(
-            ("pending", "inflight", "done", "dead", "parked"), 0
+            ("pending", "inflight", "done", "dead", "parked", "cancelled"), 0
         )
         self.ready: list[_ReadyEntry] = []
         self.delayed: list[_TimedEntry] = []
@@ -146,6 +163,25 @@ class _QueueIndex:
         # A lease with an earlier ``now`` re-checks every entry it takes, so this only saves
         # work, it never decides.
         self.horizon = float("-inf")
+
+
+class _MemoryWatch(JobWatch):
+    """A watch on one job: settlements and progress events pushed by the store, in order."""
+
+    def __init__(self, clock: Any) -> None:
+        super().__init__(clock)
+        self.events: deque[str | None] = deque()
+        self.signal = anyio.Event()
+
+    def push(self, event: str | None) -> None:
+        self.events.append(event)
+        self.signal.set()
+
+    async def next_event(self, timeout: float) -> str | None:
+        if not self.events:
+            self.signal = anyio.Event()
+            await self.first_of(timeout, self.signal.wait)
+        return self.events.popleft() if self.events else None
 
 
 class _Store:
@@ -156,13 +192,24 @@ class _Store:
         self.jobs: dict[str, _Row] = {}
         self.queues: dict[str, _QueueIndex] = {}
         self.leases: list[_TimedEntry] = []  # inflight, keyed by expires_at
-        self.retained: list[_TimedEntry] = []  # done, keyed by finished_at
+        self.retained: list[_TimedEntry] = []  # done and cancelled, keyed by finished_at
         self.seq = itertools.count(1)
         self.waiters: dict[str, set[anyio.Event]] = {}
         # Flows: parked jobs by the id of each job they wait for, and every job by flow id.
         self.dependants: dict[str, list[_Row]] = {}
         self.flows: dict[str, dict[str, _Row]] = {}
         self.workers: dict[str, WorkerRecord] = {}  # the worker registry, by id
+        # Fleet-wide rate limits: per queue, [tokens, refilled_at] of its token bucket.
+        self.buckets: dict[str, list[float]] = {}
+        # Unique jobs: (queue, key) -> the last job that took the key.  Whether it still
+        # holds it is decided when asked (holder()), so no transition has to release keys.
+        self.unique: dict[tuple[str, str], _Row] = {}
+        self.watches: dict[str, set[_MemoryWatch]] = {}  # open watch_job()s, by job id
+
+    def tell(self, job_id: str, event: str | None) -> None:
+        """Push ``event`` (``None``: the job changed state) to the watches of ``job_id``."""
+        for watch in self.watches.get(job_id, ()):
+            watch.push(event)
 
     def index(self, queue: str) -> _QueueIndex:
         index = self.queues.get(queue)
@@ -177,6 +224,8 @@ class _Store:
         counts[state] += 1
         row.state = state
         row.version += 1
+        if self.watches and state in ("done", "dead"):
+            self.tell(row.id, None)
 
     def pend(self, row: _Row) -> None:
         """File a row that is now ``pending`` (its version already bumped) in a heap."""
@@ -208,6 +257,8 @@ class _Store:
         del self.jobs[row.id]
         row.version += 1  # every heap entry of this row is now stale
         row.token = None
+        if self.watches:
+            self.tell(row.id, None)
         if row.flow_id is not None:
             members = self.flows.get(row.flow_id)
             if members is not None:
@@ -216,6 +267,8 @@ class _Store:
                     del self.flows[row.flow_id]
         # A deleted job is never settled again: nothing will look up who waits on it.
         self.dependants.pop(row.id, None)
+        if row.unique_key is not None and self.unique.get((row.queue, row.unique_key)) is row:
+            del self.unique[(row.queue, row.unique_key)]
 
     def release(self, waiting: list[_Row], at: float) -> set[str]:
         """A job just became ``done`` (or was deleted as done): make each job of ``waiting``
@@ -235,11 +288,61 @@ class _Store:
                 queues.add(child.queue)
         return queues
 
+    def promote(self, index: _QueueIndex, now: float) -> None:
+        """Move the delayed jobs of ``index`` due by ``now`` to its ready heap."""
+        if now > index.horizon:
+            index.horizon = now
+        ready, delayed = index.ready, index.delayed
+        while delayed and delayed[0][0] <= now:
+            _, seq, version, row = heapq.heappop(delayed)
+            if row.version == version:
+                heapq.heappush(ready, (-row.priority, row.available_at, seq, version, row))
+
+    def take(self, index: _QueueIndex, row: _Row, token: str, expires_at: float) -> Lease:
+        """Lease one pending row (its ready entry already popped)."""
+        index.counts["pending"] -= 1
+        index.counts["inflight"] += 1
+        row.state = "inflight"
+        row.attempts += 1
+        row.token = token
+        row.expires_at = expires_at
+        row.version += 1
+        heapq.heappush(self.leases, (expires_at, row.seq, row.version, row))
+        return Lease(job=row.snapshot(), token=token, expires_at=expires_at)
+
+    def holder(self, queue: str, key: str, now: float) -> _Row | None:
+        """The job holding unique ``key`` in ``queue`` at ``now``, if any."""
+        row = self.unique.get((queue, key))
+        if (
+            row is None
+            or self.jobs.get(row.id) is not row
+            or row.state not in UNIQUE_HOLDING_STATES
+            or row.unique_key != key
+            or (row.unique_until is not None and row.unique_until <= now)
+        ):
+            return None
+        return row
+
     def notify(self, queue: str) -> None:
         waiters = self.waiters.pop(queue, None)
         if waiters:
             for event in waiters:
                 event.set()
+
+
+def _refill(store: _Store, queue: str, now: float, limits: LeaseLimits) -> int:
+    """Refill the queue's token bucket up to ``now``; return the whole tokens it holds."""
+    assert limits.rate_max is not None
+    assert limits.rate_per_seconds is not None
+    bucket = store.buckets.get(queue)
+    if bucket is None:
+        bucket = store.buckets[queue] = [float(limits.rate_max), now]
+    elif now > bucket[1]:
+        rate = limits.rate_max / limits.rate_per_seconds
+        bucket[0] = min(float(limits.rate_max), bucket[0] + (now - bucket[1]) * rate)
+        bucket[1] = now
+    # The epsilon absorbs float error: 0.1 s at 10/s refills 0.9999... tokens, not 1.
+    return max(0, math.floor(bucket[0] + 1e-9))
 
 
 _namespaces: dict[str, _Store] = {}
@@ -271,6 +374,12 @@ class MemoryBackend(Backend):
         cross_process_wakeup=False,
         ephemeral=True,
         inspection=True,
+        global_rate_limit=True,
+        group_limits=True,
+        unique=True,
+        results=True,
+        progress_events=True,
+        cancel=True,
     )
 
     def __init__(self, options: Mapping[str, Any], context: BackendContext) -> None:
@@ -322,6 +431,27 @@ class MemoryBackend(Backend):
             for queue in queues:
                 store.notify(queue)
 
+    async def enqueue_unique(
+        self, job: NewJob, *, unique_key: str, hold_until: float | None, now: float
+    ) -> str:
+        await anyio.lowlevel.checkpoint()
+        store = self._store
+        with store.lock:
+            holder = store.holder(job.queue, unique_key, now)
+            if holder is not None:
+                return holder.id
+            if job.id in store.jobs:
+                raise BadArgumentError(
+                    "queue/bad-argument", f"a job with id {job.id!r} already exists"
+                )
+            row = _Row(job, next(store.seq))
+            row.unique_key, row.unique_until = unique_key, hold_until
+            store.add(row)
+            store.unique[(job.queue, unique_key)] = row
+            if row.state == "pending":
+                store.notify(row.queue)
+            return job.id
+
     # -- consuming -------------------------------------------------------------------------
     async def lease(
         self, queue: str, *, limit: int, now: float, lease_seconds: float
@@ -332,16 +462,10 @@ class MemoryBackend(Backend):
             index = store.queues.get(queue)
             if index is None or limit < 1:
                 return []
+            store.promote(index, now)
             ready, delayed = index.ready, index.delayed
-            if now > index.horizon:
-                index.horizon = now
-            while delayed and delayed[0][0] <= now:
-                _, seq, version, row = heapq.heappop(delayed)
-                if row.version == version:
-                    heapq.heappush(ready, (-row.priority, row.available_at, seq, version, row))
             token = secrets.token_hex(8)
             expires_at = now + lease_seconds
-            counts = index.counts
             leases: list[Lease] = []
             while ready and len(leases) < limit:
                 _, available_at, seq, version, row = heapq.heappop(ready)
@@ -350,15 +474,57 @@ class MemoryBackend(Backend):
                 if available_at > now:  # a caller's clock went backwards: not due yet
                     heapq.heappush(delayed, (available_at, seq, version, row))
                     continue
-                counts["pending"] -= 1
-                counts["inflight"] += 1
-                row.state = "inflight"
-                row.attempts += 1
-                row.token = token
-                row.expires_at = expires_at
-                row.version += 1
-                heapq.heappush(store.leases, (expires_at, seq, row.version, row))
-                leases.append(Lease(job=row.snapshot(), token=token, expires_at=expires_at))
+                leases.append(store.take(index, row, token, expires_at))
+            return leases
+
+    async def lease_limited(
+        self, queue: str, *, limit: int, now: float, lease_seconds: float, limits: LeaseLimits
+    ) -> list[Lease]:
+        """:meth:`lease` under fleet-wide limits, in the same locked step.
+
+        Jobs of a group at its limit are popped, set aside and pushed back, so a lease costs
+        the jobs of saturated groups ahead of the eligible ones (and counting a group's
+        inflight jobs scans the queue): fine for a store that lives in a test process.
+        """
+        await anyio.lowlevel.checkpoint()
+        store = self._store
+        with store.lock:
+            index = store.queues.get(queue)
+            if limits.rate_max is not None:
+                limit = min(limit, _refill(store, queue, now, limits))
+            if index is None or limit < 1:
+                return []
+            store.promote(index, now)
+            ready, delayed = index.ready, index.delayed
+            cap = limits.group_concurrency
+            busy: dict[str, int] = {}
+            if cap is not None:
+                for row in index.rows.values():
+                    if row.state == "inflight" and row.group_key is not None:
+                        busy[row.group_key] = busy.get(row.group_key, 0) + 1
+            token = secrets.token_hex(8)
+            expires_at = now + lease_seconds
+            leases: list[Lease] = []
+            skipped: list[_ReadyEntry] = []
+            while ready and len(leases) < limit:
+                entry = heapq.heappop(ready)
+                _, available_at, seq, version, row = entry
+                if row.version != version:
+                    continue
+                if available_at > now:
+                    heapq.heappush(delayed, (available_at, seq, version, row))
+                    continue
+                group = row.group_key
+                if cap is not None and group is not None:
+                    if busy.get(group, 0) >= cap:
+                        skipped.append(entry)
+                        continue
+                    busy[group] = busy.get(group, 0) + 1
+                leases.append(store.take(index, row, token, expires_at))
+            for entry in skipped:
+                heapq.heappush(ready, entry)
+            if limits.rate_max is not None:
+                store.buckets[queue][0] -= len(leases)
             return leases
 
     async def settle(self, settlements: Sequence[Settlement], *, now: float) -> list[bool]:
@@ -377,6 +543,7 @@ class MemoryBackend(Backend):
                 if outcome == "done":
                     waiting = store.dependants.pop(row.id, None)
                     row.finished_at = item.at
+                    row.result = item.result
                     if item.keep:
                         store.move(row, "done")
                         heapq.heappush(store.retained, (item.at, row.seq, row.version, row))
@@ -409,15 +576,18 @@ class MemoryBackend(Backend):
                 store.notify(queue)
         return applied
 
-    async def extend(self, leases: Sequence[tuple[str, str]], *, expires_at: float) -> list[bool]:
+    async def extend(
+        self, leases: Sequence[tuple[str, str]], *, expires_at: float
+    ) -> list[bool | None]:
         await anyio.lowlevel.checkpoint()
         store = self._store
-        held: list[bool] = []
+        held: list[bool | None] = []
         with store.lock:
             for job_id, token in leases:
                 row = store.jobs.get(job_id)
                 if row is None or row.state != "inflight" or row.token != token:
-                    held.append(False)
+                    cancelled = row is not None and row.state == "cancelled" and row.token == token
+                    held.append(None if cancelled else False)
                     continue
                 row.expires_at = expires_at
                 row.version += 1
@@ -483,6 +653,30 @@ class MemoryBackend(Backend):
         finally:
             waiters.discard(event)
 
+    # -- results and progress ----------------------------------------------------------------
+    @contextlib.asynccontextmanager
+    async def watch_job(self, job_id: str) -> AsyncIterator[JobWatch]:
+        """Settlements and progress events of ``job_id`` pushed by this store (also from
+        backends sharing its namespace); time runs on the queue's clock."""
+        watch = _MemoryWatch(self.context.clock)
+        store = self._store
+        with store.lock:
+            store.watches.setdefault(job_id, set()).add(watch)
+        try:
+            yield watch
+        finally:
+            with store.lock:
+                watches = store.watches.get(job_id)
+                if watches is not None:
+                    watches.discard(watch)
+                    if not watches:
+                        del store.watches[job_id]
+
+    async def publish_progress(self, job_id: str, event: str, *, now: float) -> None:
+        await anyio.lowlevel.checkpoint()
+        with self._store.lock:
+            self._store.tell(job_id, event)
+
     # -- inspecting and operating ---------------------------------------------------------
     async def size(self, queue: str) -> int:
         await anyio.lowlevel.checkpoint()
@@ -504,7 +698,7 @@ class MemoryBackend(Backend):
                 if row.state in _LIVE:
                     deleted += 1
                     store.delete(row)
-                elif row.state == "done":
+                elif row.state in ("done", "cancelled"):
                     store.delete(row)
             index.ready.clear()
             index.delayed.clear()
@@ -531,6 +725,7 @@ class MemoryBackend(Backend):
             if row is None or row.state != "dead":
                 return None
             before = row.snapshot()
+            row.unique_key = row.unique_until = None  # back without its unique key
             row.attempts = 0
             row.available_at = now
             row.finished_at = None
@@ -555,6 +750,23 @@ class MemoryBackend(Backend):
             for row in dead:
                 store.delete(row)
             return len(dead)
+
+    async def cancel(self, job_id: str, *, now: float) -> CancelOutcome | None:
+        await anyio.lowlevel.checkpoint()
+        store = self._store
+        with store.lock:
+            row = store.jobs.get(job_id)
+            if row is None:
+                return None
+            if row.state not in _LIVE:
+                return CancelOutcome(job=row.snapshot(), cancelled=False)
+            # The move bumps the version: the row's ready, delayed and lease heap entries go
+            # stale, so no lease or sweep touches it again.  Its token stays, to fence the
+            # old lease and let extend() tell that lease's worker.
+            row.finished_at = now
+            store.move(row, "cancelled")
+            heapq.heappush(store.retained, (now, row.seq, row.version, row))
+            return CancelOutcome(job=row.snapshot(), cancelled=True)
 
     # -- flows -----------------------------------------------------------------------------
     async def flow_jobs(self, flow_id: str) -> list[StoredJob]:

@@ -36,6 +36,7 @@ from ._conformance.arguments import TestBadInput, TestLifecycleErrors
 from ._conformance.audit import TestAudit
 from ._conformance.backends import TestBackendStatus
 from ._conformance.backoff import TestBackoff
+from ._conformance.cancellation import TestCancel, TestCancelRunning, TestWithoutCancel
 from ._conformance.consume import TestConsume, TestConsumerConcurrency, TestRateLimit
 from ._conformance.dead_letters import TestDeadLetterQueue, TestWithoutDeadLetterQueue
 from ._conformance.fixtures import (
@@ -64,12 +65,26 @@ from ._conformance.leases import (
     TestSweep,
 )
 from ._conformance.lifecycle import TestEnqueue, TestLifecycle
+from ._conformance.limits import (
+    TestGlobalRateLimit,
+    TestGroupConcurrency,
+    TestLimitArguments,
+    TestWithoutLimits,
+)
 from ._conformance.ordering import TestDelay, TestOrdering
+from ._conformance.results import (
+    TestFlowResults,
+    TestProgressEvents,
+    TestResults,
+    TestWithoutResults,
+)
 from ._conformance.retention import TestRetention
 from ._conformance.sealing_audit import TestAuditTrail, TestSealing, TestSealKeyFile
 from ._conformance.shutdown import TestShutdown
 from ._conformance.size_and_purge import TestPurge, TestSize
 from ._conformance.tick import TestTick
+from ._conformance.timeouts import TestTimeouts
+from ._conformance.unique import TestUniqueArguments, TestUniqueJobs, TestWithoutUniqueJobs
 
 __all__ = [
     "AuditRecorder",
@@ -79,25 +94,33 @@ __all__ = [
     "TestBackendStatus",
     "TestBackoff",
     "TestBadInput",
+    "TestCancel",
+    "TestCancelRunning",
     "TestConsume",
     "TestConsumerConcurrency",
     "TestDeadLetterQueue",
     "TestDelay",
     "TestEnqueue",
     "TestExtendLease",
+    "TestFlowResults",
     "TestFlowValidation",
     "TestFlows",
     "TestGetJob",
+    "TestGlobalRateLimit",
+    "TestGroupConcurrency",
     "TestHandlers",
     "TestHeartbeat",
     "TestLeaseFence",
     "TestLifecycle",
     "TestLifecycleErrors",
+    "TestLimitArguments",
     "TestListJobs",
     "TestOrdering",
+    "TestProgressEvents",
     "TestPurge",
     "TestQueueCounts",
     "TestRateLimit",
+    "TestResults",
     "TestRetention",
     "TestSealKeyFile",
     "TestSealing",
@@ -105,9 +128,16 @@ __all__ = [
     "TestSize",
     "TestSweep",
     "TestTick",
+    "TestUniqueArguments",
+    "TestUniqueJobs",
+    "TestTimeouts",
+    "TestWithoutCancel",
     "TestWithoutDeadLetterQueue",
     "TestWithoutFlows",
     "TestWithoutInspection",
+    "TestWithoutLimits",
+    "TestWithoutUniqueJobs",
+    "TestWithoutResults",
     "TestWorkers",
     "anyio_backend",
     "conformance",

@@ -321,7 +321,13 @@ def _job(args: argparse.Namespace) -> int:
     return with_queue(args, body)
 
 
-_STATE_STYLE = {"done": "green", "dead": "red", "inflight": "cyan", "parked": "dim"}
+_STATE_STYLE = {
+    "done": "green",
+    "dead": "red",
+    "inflight": "cyan",
+    "parked": "dim",
+    "cancelled": "yellow",
+}
 
 
 async def _job_info(queue: Queue, job_id: str, backend: str) -> JobInfo | None:
@@ -345,7 +351,7 @@ def _queues(args: argparse.Namespace) -> int:
             return EXIT_OK
         print_table(
             terminal,
-            ["BACKEND", "QUEUE", "PENDING", "INFLIGHT", "PARKED", "DONE", "DEAD"],
+            ["BACKEND", "QUEUE", "PENDING", "INFLIGHT", "PARKED", "DONE", "DEAD", "CANCELLED"],
             [
                 [
                     info.backend,
@@ -355,10 +361,11 @@ def _queues(args: argparse.Namespace) -> int:
                     str(info.parked),
                     str(info.done),
                     str(info.dead),
+                    str(info.cancelled),
                 ]
                 for info in infos
             ],
-            align="llrrrrr",
+            align="llrrrrrr",
         )
         return EXIT_OK
 

@@ -65,7 +65,8 @@ def add_parser(subparsers: Subparsers) -> None:
         '  blamequeue enqueue emails \'{"to": "ada@example.com"}\'\n'
         "  blamequeue enqueue emails '\"plain text\"' --priority 10 --delay 60\n"
         "  echo '{\"report\": 7}' | blamequeue enqueue reports - --max-attempts 3\n"
-        '  blamequeue enqueue emails \'{}\' --json        # {"job_id": ..., "queue": ...}\n',
+        '  blamequeue enqueue emails \'{}\' --json        # {"job_id": ..., "queue": ...}\n'
+        "  blamequeue enqueue digest '{}' --unique-key daily --unique-for 3600\n",
     )
     enqueue.add_argument("queue", metavar="QUEUE", help="the queue's name")
     enqueue.add_argument(
@@ -90,9 +91,26 @@ def add_parser(subparsers: Subparsers) -> None:
         metavar="N",
         help="attempts before the dead-letter queue (default: the backend's, 5)",
     )
+    enqueue.add_argument(
+        "--timeout",
+        type=positive_seconds,
+        metavar="S",
+        help="seconds a handler may run on it before it is cancelled (default: no limit)",
+    )
     enqueue.add_argument("--trace-id", metavar="ID", help="a trace id carried into the audit trail")
     enqueue.add_argument(
         "--classification", metavar="LABEL", help="a data classification label for audit"
+    )
+    enqueue.add_argument(
+        "--unique-key",
+        metavar="KEY",
+        help="store nothing and print the live job's id if a job with KEY is pending or running",
+    )
+    enqueue.add_argument(
+        "--unique-for",
+        type=positive_seconds,
+        metavar="S",
+        help="hold --unique-key at most S seconds (default: while the job is live)",
     )
     enqueue.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     add_queue_options(enqueue)
@@ -219,6 +237,9 @@ def _enqueue(args: argparse.Namespace) -> int:
             max_attempts=args.max_attempts,
             trace_id=args.trace_id,
             classification=args.classification,
+            unique_key=args.unique_key,
+            unique_for=args.unique_for,
+            timeout=args.timeout,
         )
         if args.json:
             print_json({"job_id": job_id, "queue": args.queue, "backend": backend})

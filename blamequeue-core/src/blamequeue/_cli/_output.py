@@ -133,6 +133,7 @@ def queue_document(info: QueueInfo) -> dict[str, Any]:
         "parked": info.parked,
         "done": info.done,
         "dead": info.dead,
+        "cancelled": info.cancelled,
     }
 
 

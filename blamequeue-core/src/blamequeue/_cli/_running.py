@@ -48,6 +48,7 @@ _CONFIG_CODES = frozenset(
         "queue/deferred-protocol",
         "queue/unknown-backend",
         "queue/inspection-unsupported",
+        "queue/results-unsupported",
     }
 )
 #: Codes that, raised by a command, mean an argument on its command line was wrong.

@@ -11,7 +11,15 @@ from typing import Any
 
 import pytest
 
-from blamequeue import ExponentialBackoff, FixedBackoff, Job, JobContext, Queue
+from blamequeue import (
+    ExponentialBackoff,
+    FixedBackoff,
+    Job,
+    JobContext,
+    LinearBackoff,
+    Queue,
+)
+from blamequeue._backoff import parse_backoff
 
 from .fixtures import Conformance
 
@@ -142,6 +150,20 @@ class TestBackoff:
         assert [again.delay(n, job_id) for n in range(1, 5)] == [
             strategy.delay(n, job_id) for n in range(1, 5)
         ]
+
+    async def test_jitter_of_every_strategy_is_reproducible_from_job_id_and_attempt(
+        self, conformance: Conformance
+    ) -> None:
+        conformance.require("delay", "retry delays cannot be checked")
+        conformance.require_virtual_time("retry delays are checked by moving the clock")
+        for strategy in (
+            FixedBackoff(delay=20, jitter=0.5),
+            LinearBackoff(base=10, step=10, cap=60, jitter=0.5),
+            parse_backoff({"strategy": "schedule", "schedule": [15, 45], "jitter": 0.5}),
+        ):
+            await _fail_and_check_delays(
+                conformance, expected=strategy.delay, retries=2, backoff=strategy.to_spec()
+            )
 
     async def test_jittered_delays_stay_within_bounds_and_spread(
         self, conformance: Conformance

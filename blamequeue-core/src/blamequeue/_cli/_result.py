@@ -1,0 +1,63 @@
+"""The ``result`` command: print what a job's handler returned, waiting for it if asked."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import TYPE_CHECKING, TypeAlias
+
+from blamequeue import Queue
+
+from ._config import CONFIG_HELP, add_queue_options, with_queue
+from ._output import print_json
+from ._running import EXIT_OK, non_negative_seconds
+
+__all__ = ["add_parser"]
+
+if TYPE_CHECKING:
+    Subparsers: TypeAlias = argparse._SubParsersAction[argparse.ArgumentParser]
+
+
+def add_parser(subparsers: Subparsers) -> None:
+    parser = subparsers.add_parser(
+        "result",
+        help="print a job's result (its handler's return value), waiting up to --timeout",
+        description=(
+            "Print the value JOB_ID's handler returned, as JSON.  A job still pending or\n"
+            "running is waited for, up to --timeout seconds (default 0: look once).  Exit code\n"
+            "3 when the backend holds no such job (a done job is kept only for retain_done\n"
+            "seconds), 1 when the job failed (its last error is shown) or the time ran out."
+        ),
+        epilog=(
+            "examples:\n"
+            "  blamequeue result job-01J0ZK5V3G9YB6R2W8X4T1QH7C\n"
+            "  blamequeue result job-01J0ZK5V3G9YB6R2W8X4T1QH7C --timeout 30\n"
+            "  blamequeue result job-01J0ZK5V3G9YB6R2W8X4T1QH7C --json | jq .result\n"
+            f"{CONFIG_HELP}"
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("job_id", metavar="JOB_ID", help="the job's id (job-...)")
+    parser.add_argument(
+        "--timeout",
+        type=non_negative_seconds,
+        default=0.0,
+        metavar="SECONDS",
+        help="wait this long for a job not finished yet (default: 0, look once)",
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+    add_queue_options(parser)
+    parser.set_defaults(run=_result)
+
+
+def _result(args: argparse.Namespace) -> int:
+    async def body(queue: Queue) -> int:
+        backend = args.backend or queue.default_backend
+        value = await queue.result(args.job_id, timeout=args.timeout, backend=backend)
+        if args.json:
+            print_json({"job_id": args.job_id, "backend": backend, "result": value})
+        else:
+            print(json.dumps(value, ensure_ascii=False, indent=2))
+        return EXIT_OK
+
+    return with_queue(args, body)

@@ -1,0 +1,194 @@
+"""Live progress events (SPEC §10): what ``ctx.progress`` publishes and ``Queue.subscribe``
+yields, across processes through the backend (``Backend.publish_progress`` /
+``Backend.watch_job``).  Events are live, never stored: a subscriber sees those published
+after it subscribed, then one final event when the job ends.
+
+On the wire an event is ``{"percent": p, "data": d, "at": t}`` through the backend's codec
+(sealed like payloads: progress data may be as private as the payload it describes).
+"""
+
+from __future__ import annotations
+
+import logging
+from contextlib import AsyncExitStack
+from datetime import datetime
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Literal
+
+import attrs
+
+from ._clock import to_datetime
+from ._results import LIVE_STATES, POLL_MAX, get_stored, not_found
+from .abc import JobWatch, StoredJob
+from .errors import BadArgumentError, QueueError, ResultTimeoutError, UnsupportedError
+
+if TYPE_CHECKING:
+    from ._models import Job
+    from ._runtime import BackendRuntime
+
+__all__ = ["JobEvent", "Subscription", "publish_progress"]
+
+log = logging.getLogger("blamequeue")
+
+
+@attrs.frozen(kw_only=True)
+class JobEvent:
+    """One event of :meth:`Queue.subscribe <blamequeue.Queue.subscribe>`.
+
+    * ``kind="progress"``: a handler called ``ctx.progress(percent, data)``; ``at`` is when.
+    * ``kind="finished"`` (always the last event): the job ended.  ``state`` is its end state
+      (``"done"``, ``"dead"``, ...), or ``None`` when the job vanished instead (deleted on
+      completion with ``retain_done=0``, or purged); ``error`` is its last error when it
+      failed.  Read a ``done`` job's value with :meth:`Queue.result <blamequeue.Queue.result>`.
+    """
+
+    job_id: str
+    kind: Literal["progress", "finished"]
+    percent: float | None = None
+    data: Any = None
+    at: datetime | None = None
+    state: str | None = None
+    error: str | None = None
+
+    @property
+    def final(self) -> bool:
+        """True for the last event, the one saying the job ended."""
+        return self.kind == "finished"
+
+
+async def publish_progress(runtime: BackendRuntime, job: Job, percent: float, data: Any) -> None:
+    """Hand one progress event to the backend for subscribers in any process.  Best effort:
+    a backend that cannot publish it just logs, the handler carries on."""
+    backend = runtime.backend
+    now = runtime.clock.now()
+    # Encoded on every backend, so data JSON cannot hold fails the same way everywhere.
+    event = runtime.codec.encode_payload({"percent": float(percent), "data": data, "at": now})
+    if not backend.capabilities.progress_events:
+        return
+    try:
+        await backend.publish_progress(job.id, event, now=now)
+    except QueueError as exc:
+        log.debug("progress event of job %s not published: %s", job.id, exc)
+
+
+class Subscription:
+    """What :meth:`Queue.subscribe <blamequeue.Queue.subscribe>` returns: an async context
+    manager that subscribes (``async with``) and an async iterator of :class:`JobEvent` that
+    ends after the ``finished`` event::
+
+        async with queue.subscribe(job_id) as events:
+            async for event in events:
+                ...
+    """
+
+    def __init__(self, runtime: BackendRuntime, job_id: str, timeout: float) -> None:
+        self._runtime = runtime
+        self.job_id = job_id
+        self._timeout = timeout
+        self._stack: AsyncExitStack | None = None
+        self._watch: JobWatch | None = None
+        self._last: StoredJob | None = None
+        self._checked_at = 0.0
+        self._deadline = 0.0
+        self._finished = False
+
+    async def __aenter__(self) -> Subscription:
+        runtime = self._runtime
+        caps = runtime.backend.capabilities
+        if not (caps.progress_events and caps.inspection):
+            raise UnsupportedError(
+                "queue/results-unsupported",
+                f"backend {runtime.name!r} (protocol {runtime.protocol!r}) cannot carry "
+                f"progress events between processes; subscribe on a backend whose capabilities "
+                f"include progress_events (e.g. 'local', 'redis', 'memory')",
+            )
+        stack = AsyncExitStack()
+        try:
+            # Subscribe first, then look: nothing published after the look is missed.
+            self._watch = await stack.enter_async_context(runtime.backend.watch_job(self.job_id))
+            stored = await get_stored(runtime, self.job_id)
+            if stored is None:
+                raise not_found(runtime, self.job_id)
+        except BaseException:
+            await stack.aclose()
+            raise
+        self._stack, self._last = stack, stored
+        now = runtime.clock.now()
+        self._checked_at, self._deadline = now, now + self._timeout
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        stack, self._stack = self._stack, None
+        if stack is not None:
+            await stack.aclose()
+
+    def __aiter__(self) -> Subscription:
+        return self
+
+    async def __anext__(self) -> JobEvent:
+        watch = self._watch
+        if watch is None or self._stack is None:
+            if self._finished:
+                raise StopAsyncIteration
+            raise BadArgumentError(
+                "queue/bad-argument",
+                "iterate a subscription inside `async with queue.subscribe(job_id) as events:`",
+            )
+        if self._finished:
+            raise StopAsyncIteration
+        clock = self._runtime.clock
+        while True:
+            last = self._last
+            if last is None or last.state not in LIVE_STATES:
+                self._finished = True
+                return self._final(last)
+            now = clock.now()
+            if now >= self._deadline:
+                raise ResultTimeoutError(
+                    "queue/result-timeout",
+                    f"job {self.job_id!r} did not finish within {self._timeout:g} s of "
+                    f"subscribing (it is {last.state}); subscribe again to keep listening",
+                )
+            wait = min(self._deadline, self._checked_at + POLL_MAX) - now
+            event = await watch.next_event(wait) if wait > 0 else None
+            if event is not None:
+                progress = self._progress(event)
+                if progress is not None:
+                    return progress
+                continue
+            self._last = await get_stored(self._runtime, self.job_id)
+            self._checked_at = clock.now()
+
+    def _progress(self, event: str) -> JobEvent | None:
+        try:
+            body = self._runtime.codec.decode_payload(event)
+            return JobEvent(
+                job_id=self.job_id,
+                kind="progress",
+                percent=float(body["percent"]),
+                data=body.get("data"),
+                at=to_datetime(float(body["at"])),
+            )
+        except (QueueError, KeyError, TypeError, ValueError) as exc:
+            # Another process sealing with a key this one lacks, say: skip, keep listening.
+            log.warning("unreadable progress event for job %s skipped: %s", self.job_id, exc)
+            return None
+
+    def _final(self, stored: StoredJob | None) -> JobEvent:
+        if stored is None:
+            return JobEvent(job_id=self.job_id, kind="finished")
+        error = None
+        if stored.state != "done":
+            error = self._runtime.codec.decode_error(stored.last_error)
+        return JobEvent(
+            job_id=self.job_id,
+            kind="finished",
+            state=stored.state,
+            error=error,
+            at=None if stored.finished_at is None else to_datetime(stored.finished_at),
+        )

@@ -1,0 +1,212 @@
+"""Job results (SPEC §10): encoding a handler's return value, waiting for a job to finish, and
+reading the results of a flow job's dependencies.
+
+A result travels through the same codec as payloads (sealed at rest), wrapped in a one-key
+envelope: ``{"value": ...}``, or ``{"unserialisable": "<why>"}`` for a return value JSON cannot
+hold (the job still completes: its side effects happened; ``Queue.result`` then raises
+``queue/bad-payload``).  ``None`` is stored as nothing at all, so handlers that return nothing
+cost the hot path nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable
+from typing import Any
+
+from ._codec import Codec
+from ._flows import flow_name
+from ._runtime import BackendRuntime
+from .abc import JobWatch, StoredJob
+from .errors import (
+    BadArgumentError,
+    JobFailedError,
+    NotFoundError,
+    ResultTimeoutError,
+    UnsupportedError,
+)
+
+__all__ = [
+    "LIVE_STATES",
+    "POLL_MAX",
+    "check_timeout",
+    "decode_result",
+    "dependency_results",
+    "encode_result",
+    "not_found",
+    "require_results",
+    "wait_for_result",
+]
+
+log = logging.getLogger("blamequeue")
+
+#: States a job can still leave; every other state is an end (``done``, ``dead``, and any
+#: state a later version adds, such as ``cancelled``).
+LIVE_STATES = frozenset({"pending", "inflight", "parked"})
+#: The first look at a job not yet finished comes this soon; each later one waits twice as
+#: long, up to :data:`POLL_MAX` (a backend that publishes settlements wakes the waiter sooner).
+POLL_START = 0.05
+POLL_MAX = 1.0
+
+
+def encode_result(codec: Codec, value: Any, job_id: str) -> str | None:
+    """What a ``done`` settlement stores for the handler's return value."""
+    if value is None:
+        return None
+    try:
+        return codec.encode_payload({"value": value})
+    except BadArgumentError as exc:
+        why = f"{type(value).__name__}: {exc.__cause__ or exc.message}"
+        log.warning(
+            "job %s returned a value JSON cannot hold (%s); the job completes, but result() "
+            "will raise queue/bad-payload",
+            job_id,
+            why,
+        )
+        return codec.encode_payload({"unserialisable": why})
+
+
+def decode_result(codec: Codec, stored: StoredJob) -> Any:
+    """The value a ``done`` job's handler returned (``None`` when it returned nothing)."""
+    if stored.result is None:
+        return None
+    envelope = codec.decode_payload(stored.result)
+    if isinstance(envelope, dict) and "value" in envelope:
+        return envelope["value"]
+    why = envelope.get("unserialisable") if isinstance(envelope, dict) else None
+    raise BadArgumentError(
+        "queue/bad-payload",
+        f"job {stored.id!r} completed, but its handler returned a value JSON cannot hold "
+        f"({why or 'unreadable result'}), so no result was kept; return JSON-serialisable data "
+        f"(dict, list, str, int, float, bool, None) from the handler",
+    )
+
+
+def require_results(runtime: BackendRuntime, what: str) -> None:
+    caps = runtime.backend.capabilities
+    if not (caps.results and caps.inspection):
+        raise UnsupportedError(
+            "queue/results-unsupported",
+            f"backend {runtime.name!r} (protocol {runtime.protocol!r}) keeps no job results, so "
+            f"it cannot {what}; use a backend whose capabilities include results (e.g. "
+            f"'local', 'redis', 'memory'), or have the handler write its outcome to your store",
+        )
+
+
+def check_timeout(timeout: Any) -> float:
+    """``None`` (no limit) becomes ``inf``; anything but seconds >= 0 is refused."""
+    if timeout is None:
+        return math.inf
+    if (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, int | float)
+        or math.isnan(timeout)
+        or timeout < 0
+    ):
+        raise BadArgumentError(
+            "queue/bad-argument",
+            f"timeout must be seconds >= 0 (or None to wait as long as it takes), got {timeout!r}",
+        )
+    return float(timeout)
+
+
+def not_found(runtime: BackendRuntime, job_id: str) -> NotFoundError:
+    return NotFoundError(
+        "queue/job-not-found",
+        f"backend {runtime.name!r} holds no job {job_id!r}: the id is unknown, the job was "
+        f"purged, or it finished and was pruned after retain_done "
+        f"({runtime.retain_done:g} s); keep done jobs longer to read their results later",
+    )
+
+
+def failed(stored: StoredJob, last_error: str | None) -> JobFailedError:
+    head = (last_error or "no error recorded").split("\n", 1)[0]
+    return JobFailedError(
+        f"job {stored.id!r} on {stored.queue!r} ended {stored.state} after {stored.attempts} "
+        f"attempt(s): {head}; inspect it with dlq_list() (the full error is in .last_error) "
+        f"and dlq_retry() it once the cause is fixed",
+        job_id=stored.id,
+        state=stored.state,
+        last_error=last_error,
+    )
+
+
+def outcome(runtime: BackendRuntime, stored: StoredJob) -> Any:
+    """The result of a finished job, or its failure raised."""
+    if stored.state == "done":
+        return decode_result(runtime.codec, stored)
+    raise failed(stored, runtime.codec.decode_error(stored.last_error))
+
+
+async def get_stored(runtime: BackendRuntime, job_id: str) -> StoredJob | None:
+    backend = runtime.backend
+    return await runtime.call("get_job", lambda: backend.get_job(job_id))
+
+
+async def wait_for_result(runtime: BackendRuntime, job_id: str, timeout: float) -> Any:
+    """``Queue.result``: look, then wait on the backend's watch (pushed settlements where the
+    backend has them, else polling that slows from 50 ms to 1 s), until the job ends or
+    ``timeout`` seconds of the queue's clock pass."""
+    clock = runtime.clock
+    deadline = clock.now() + timeout
+    poll = POLL_START
+    async with runtime.backend.watch_job(job_id) as watch:
+        while True:
+            stored = await get_stored(runtime, job_id)
+            if stored is None:
+                raise not_found(runtime, job_id)
+            if stored.state not in LIVE_STATES:
+                return outcome(runtime, stored)
+            if not await _wait(watch, clock.now, deadline, poll):
+                raise ResultTimeoutError(
+                    "queue/result-timeout",
+                    f"job {job_id!r} on {stored.queue!r} did not finish within {timeout:g} s "
+                    f"(it is {stored.state}, attempt {stored.attempts} of "
+                    f"{stored.max_attempts}); call result() again to keep waiting, pass a "
+                    f"longer timeout, or check that a worker consumes {stored.queue!r}",
+                )
+            poll = min(poll * 2, POLL_MAX)
+
+
+async def _wait(watch: JobWatch, now: Callable[[], float], deadline: float, poll: float) -> bool:
+    """Wait until the watch says the job may have changed, or ``poll`` passed; progress
+    events are skipped.  False when the deadline had already passed."""
+    remaining = deadline - now()
+    if remaining <= 0:
+        return False
+    end = min(deadline, now() + poll)
+    while (remaining := end - now()) > 0:
+        if await watch.next_event(remaining) is None:
+            break
+    return True
+
+
+async def dependency_results(
+    runtime: BackendRuntime, job_id: str, flow_id: str | None
+) -> dict[str, Any]:
+    """``ctx.dependency_results()``: ``{child name: result}`` of every job the flow job
+    ``job_id`` depends on (``{}`` outside a flow), read in one backend call."""
+    if flow_id is None:
+        return {}
+    require_results(runtime, "hand a flow job its dependencies' results")
+    backend = runtime.backend
+    rows = await runtime.call("flow_jobs", lambda: backend.flow_jobs(flow_id))
+    by_id = {row.id: row for row in rows}
+    me = by_id.get(job_id)
+    if me is None:
+        raise not_found(runtime, job_id)
+    results: dict[str, Any] = {}
+    for dep_id in me.depends_on:
+        dep = by_id.get(dep_id)
+        if dep is None:
+            raise NotFoundError(
+                "queue/job-not-found",
+                f"dependency {dep_id!r} of flow job {job_id!r} is no longer stored: it finished "
+                f"and was pruned (retain_done={runtime.retain_done:g} s); keep done jobs at "
+                f"least as long as a flow takes to read its results",
+            )
+        if dep.state != "done":  # unreachable unless the flow was tampered with
+            raise failed(dep, runtime.codec.decode_error(dep.last_error))
+        results[flow_name(dep.meta) or dep.id] = decode_result(runtime.codec, dep)
+    return results

@@ -1,0 +1,68 @@
+"""Per-job handler timeouts (``enqueue(..., timeout=seconds)``).
+
+The limit travels in the job's ``meta`` (key :data:`TIMEOUT_KEY`), so every worker of every
+process enforces the one the producer set.  It is measured on the queue's clock, not with
+``anyio.move_on_after``: a :class:`~blamequeue_testing.VirtualClock` then shows a ten-minute
+timeout without anybody waiting ten minutes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import anyio
+
+from .abc import Clock
+
+__all__ = ["TIMEOUT_KEY", "run_within", "timeout_error", "timeout_of"]
+
+T = TypeVar("T")
+
+TIMEOUT_KEY = "timeout"
+"""The ``meta`` key holding a job's handler timeout in seconds."""
+
+
+def timeout_of(meta: dict[str, Any]) -> float | None:
+    """The timeout stored in a job's decoded ``meta``; ``None`` when it has none (or one no
+    version of the core could have written, which is then ignored rather than fatal)."""
+    value = meta.get(TIMEOUT_KEY)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) and value > 0 else None
+
+
+def timeout_error(seconds: float) -> str:
+    """The ``last_error`` of an attempt stopped by its timeout."""
+    return f"timeout: handler ran longer than {seconds:g} s and was cancelled"
+
+
+async def run_within(
+    clock: Clock, seconds: float, call: Callable[[], Awaitable[T]]
+) -> tuple[bool, T | None]:
+    """Run ``call`` and cancel it once ``seconds`` of ``clock`` time have passed.
+
+    Returns ``(False, result)`` when it finished in time, ``(True, None)`` when the limit
+    cancelled it.  ``call`` must not raise anything but cancellation (a failure is a value of
+    the caller's, not an exception crossing this task group).
+    """
+    expired = False
+    result: T | None = None
+    # Measured from now, not from when the watchdog task gets to run.
+    deadline = clock.now() + seconds
+    async with anyio.create_task_group() as tg:
+        with anyio.CancelScope() as limited:
+
+            async def watchdog() -> None:
+                nonlocal expired
+                await clock.sleep(deadline - clock.now())
+                expired = True
+                limited.cancel()
+
+            tg.start_soon(watchdog)
+            result = await call()
+        tg.cancel_scope.cancel()
+    if expired and limited.cancelled_caught:
+        return True, None
+    return False, result

@@ -1,0 +1,323 @@
+"""SPEC §11 fleet-wide limits: ``group_key`` with ``group_concurrency`` and a
+``global_rate_limit`` shared by every consumer and tick of a queue.
+
+Ticks make these deterministic: a tick's batch is one lease, and a handler that runs a second
+tick holds its own job in flight meanwhile (as a worker elsewhere would).  The rate bucket is
+refilled only by the virtual clock, so "how many may start now" is exact.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+
+from blamequeue import Job, JobContext, QueueError, RateLimit
+
+from .fixtures import Conformance, succeed, wait_until
+
+__all__ = [
+    "TestGlobalRateLimit",
+    "TestGroupConcurrency",
+    "TestLimitArguments",
+    "TestWithoutLimits",
+]
+
+
+async def _tick_payloads(conformance: Conformance, **limits: Any) -> list[Any]:
+    """Run one tick under ``limits``; the payloads it ran, in lease order."""
+    seen: list[Any] = []
+
+    async def record(job: Job, ctx: JobContext) -> None:
+        seen.append(job.payload)
+
+    await conformance.queue.tick(conformance.name, record, max=100, **limits)
+    return seen
+
+
+@pytest.mark.anyio
+class TestGroupConcurrency:
+    @pytest.fixture(autouse=True)
+    def _requires(self, conformance: Conformance) -> None:
+        conformance.require("group_limits", "group_key and group_concurrency are refused")
+
+    async def test_a_group_at_its_limit_is_skipped_for_the_next_eligible_job(
+        self, conformance: Conformance
+    ) -> None:
+        q, name = conformance.queue, conformance.name
+        await q.enqueue_many(name, ["a1", "a2", "a3"], group_key="tenant-a")
+        await q.enqueue(name, "b1", group_key="tenant-b")
+        await q.enqueue(name, "free")
+        # The saturated group at the head does not hold back the jobs behind it.
+        assert await _tick_payloads(conformance, group_concurrency=1) == ["a1", "b1", "free"]
+        assert await _tick_payloads(conformance, group_concurrency=1) == ["a2"]
+        assert await _tick_payloads(conformance, group_concurrency=1) == ["a3"]
+
+    async def test_group_concurrency_n_lets_n_jobs_of_a_group_run(
+        self, conformance: Conformance
+    ) -> None:
+        q, name = conformance.queue, conformance.name
+        await q.enqueue_many(name, list(range(5)), group_key="g")
+        assert await _tick_payloads(conformance, group_concurrency=2) == [0, 1]
+        assert await _tick_payloads(conformance, group_concurrency=3) == [2, 3, 4]
+
+    async def test_jobs_in_flight_elsewhere_count_towards_their_group(
+        self, conformance: Conformance
+    ) -> None:
+        q, name = conformance.queue, conformance.name
+        await q.enqueue_many(name, ["a1", "a2"], group_key="a")
+        await q.enqueue(name, "b1", group_key="b")
+        inner: list[Any] = []
+
+        async def hold_a1(job: Job, ctx: JobContext) -> None:
+            # a1 is in flight while this second worker leases.
+            inner.extend(await _tick_payloads(conformance, group_concurrency=1))
+
+        outer = await q.tick(name, hold_a1, max=1, group_concurrency=1)
+        assert outer.succeeded == 1
+        assert inner == ["b1"]
+        assert await _tick_payloads(conformance, group_concurrency=1) == ["a2"]
+
+    async def test_a_settled_job_frees_its_group_slot(self, conformance: Conformance) -> None:
+        conformance.require_virtual_time("the retried job waits out its backoff")
+        conformance.require_default("backoff")
+        q, name = conformance.queue, conformance.name
+        await q.enqueue_many(name, ["a1", "a2"], group_key="a", max_attempts=3)
+
+        async def fail_once(job: Job, ctx: JobContext) -> None:
+            if job.payload == "a1" and job.attempts == 1:
+                raise RuntimeError("first attempt fails")
+
+        result = await q.tick(name, fail_once, max=10, group_concurrency=1)
+        assert (result.leased, result.failed) == (1, 1)
+        # a1 waits out its backoff as pending: the group has no job in flight, a2 may run.
+        assert await _tick_payloads(conformance, group_concurrency=1) == ["a2"]
+        conformance.advance(1)
+        assert await _tick_payloads(conformance, group_concurrency=1) == ["a1"]
+
+    async def test_jobs_without_a_group_are_not_limited(self, conformance: Conformance) -> None:
+        q, name = conformance.queue, conformance.name
+        await q.enqueue_many(name, list(range(4)))
+        assert await _tick_payloads(conformance, group_concurrency=1) == [0, 1, 2, 3]
+
+    async def test_without_group_concurrency_groups_are_not_limited(
+        self, conformance: Conformance
+    ) -> None:
+        q, name = conformance.queue, conformance.name
+        await q.enqueue_many(name, [1, 2, 3], group_key="g")
+        assert await _tick_payloads(conformance) == [1, 2, 3]
+
+    async def test_priority_order_holds_among_eligible_jobs(self, conformance: Conformance) -> None:
+        conformance.require("priority", "priorities cannot be checked")
+        q, name = conformance.queue, conformance.name
+        await q.enqueue(name, "a-low", group_key="a")
+        await q.enqueue(name, "a-high", group_key="a", priority=5)
+        await q.enqueue(name, "b-mid", group_key="b", priority=3)
+        assert await _tick_payloads(conformance, group_concurrency=1) == ["a-high", "b-mid"]
+
+    async def test_the_handler_sees_the_group_key(self, conformance: Conformance) -> None:
+        q, name = conformance.queue, conformance.name
+        await q.enqueue(name, None, group_key="tenant-7")
+        await q.enqueue(name, None)
+        keys: list[str | None] = []
+
+        async def record(job: Job, ctx: JobContext) -> None:
+            keys.append(job.group_key)
+
+        await q.tick(name, record, max=10)
+        assert keys == ["tenant-7", None]
+
+    async def test_a_consumer_runs_one_job_of_a_group_at_a_time(
+        self, conformance: Conformance
+    ) -> None:
+        q, name = conformance.queue, conformance.name
+        await q.enqueue_many(name, list(range(4)), group_key="g")
+        await q.enqueue_many(name, ["x"], group_key="h")
+        running: dict[str | None, int] = {}
+        peak: dict[str | None, int] = {}
+        done = 0
+
+        async def track(job: Job, ctx: JobContext) -> None:
+            nonlocal done
+            running[job.group_key] = running.get(job.group_key, 0) + 1
+            peak[job.group_key] = max(peak.get(job.group_key, 0), running[job.group_key])
+            await anyio.sleep(0.01)
+            running[job.group_key] -= 1
+            done += 1
+
+        consumer = await q.consume(
+            name, track, concurrency=4, poll_interval=0.01, fast_poll=0.0, group_concurrency=1
+        )
+        try:
+            await wait_until(lambda: done == 5, "every job to run")
+        finally:
+            consumer.cancel()
+            with anyio.fail_after(10):
+                await consumer.wait_stopped()
+        assert peak == {"g": 1, "h": 1}
+
+
+@pytest.mark.anyio
+class TestGlobalRateLimit:
+    @pytest.fixture(autouse=True)
+    def _requires(self, conformance: Conformance) -> None:
+        conformance.require("global_rate_limit", "global_rate_limit is refused")
+
+    async def test_a_full_bucket_allows_a_burst_of_max(self, conformance: Conformance) -> None:
+        q, name = conformance.queue, conformance.name
+        await q.enqueue_many(name, list(range(10)))
+        rate = RateLimit(max=3, per_seconds=10)
+        assert await _tick_payloads(conformance, global_rate_limit=rate) == [0, 1, 2]
+        assert await _tick_payloads(conformance, global_rate_limit=rate) == []
+
+    async def test_tokens_come_back_at_the_rate_on_the_queue_clock(
+        self, conformance: Conformance
+    ) -> None:
+        q, name = conformance.queue, conformance.name
+        await q.enqueue_many(name, list(range(10)))
+        rate = {"max": 2, "per_seconds": 10}  # one token every 5 s
+        assert len(await _tick_payloads(conformance, global_rate_limit=rate)) == 2
+        conformance.advance(4.9)
+        assert await _tick_payloads(conformance, global_rate_limit=rate) == []
+        conformance.advance(0.1)
+        assert await _tick_payloads(conformance, global_rate_limit=rate) == [2]
+        # An idle queue saves up at most `max` tokens.
+        conformance.advance(3600)
+        assert await _tick_payloads(conformance, global_rate_limit=rate) == [3, 4]
+
+    async def test_the_bucket_is_shared_by_every_worker_of_the_queue(
+        self, conformance: Conformance
+    ) -> None:
+        q, name = conformance.queue, conformance.name
+        await q.enqueue_many(name, list(range(10)))
+        rate = RateLimit(max=3, per_seconds=10)
+        async with conformance.factory.open() as other:
+            await conformance.require_shared_store(q, other)
+            assert await _tick_payloads(conformance, global_rate_limit=rate) == [0, 1, 2]
+            result = await other.tick(name, succeed, max=10, global_rate_limit=rate)
+            assert result.leased == 0
+
+    async def test_the_bucket_belongs_to_one_queue(self, conformance: Conformance) -> None:
+        q, name = conformance.queue, conformance.name
+        other = f"{name}-other"
+        await q.enqueue_many(name, [1, 2])
+        await q.enqueue_many(other, [1, 2])
+        rate = RateLimit(max=2, per_seconds=60)
+        assert len(await _tick_payloads(conformance, global_rate_limit=rate)) == 2
+        result = await q.tick(other, succeed, max=10, global_rate_limit=rate)
+        assert result.leased == 2
+
+    async def test_rate_and_group_limits_combine(self, conformance: Conformance) -> None:
+        conformance.require("group_limits", "group_key is refused")
+        q, name = conformance.queue, conformance.name
+        await q.enqueue_many(name, ["a1", "a2"], group_key="a")
+        await q.enqueue_many(name, ["b1", "b2"], group_key="b")
+        await q.enqueue(name, "free")
+        limits: dict[str, Any] = {
+            "global_rate_limit": RateLimit(max=2, per_seconds=10),
+            "group_concurrency": 1,
+        }
+        assert await _tick_payloads(conformance, **limits) == ["a1", "b1"]
+        conformance.advance(5)
+        assert await _tick_payloads(conformance, **limits) == ["a2"]
+
+    async def test_a_consumer_starts_no_more_than_the_fleet_rate(
+        self, conformance: Conformance
+    ) -> None:
+        q, name = conformance.queue, conformance.name
+        t0 = conformance.now()
+        await q.enqueue_many(name, list(range(5)))
+        starts: list[float] = []
+
+        async def record(job: Job, ctx: JobContext) -> None:
+            starts.append(conformance.now())
+
+        consumer = await q.consume(
+            name,
+            record,
+            concurrency=5,
+            poll_interval=0.05,
+            global_rate_limit=RateLimit(max=2, per_seconds=10),
+        )
+        try:
+            await wait_until(lambda: consumer.stats.succeeded == 2, "the first burst")
+            conformance.advance(10)
+            await wait_until(lambda: consumer.stats.succeeded == 4, "two more after 10 s")
+            conformance.advance(5)
+            await wait_until(lambda: consumer.stats.succeeded == 5, "one more after 5 s")
+        finally:
+            consumer.cancel()
+            with anyio.fail_after(10):
+                await consumer.wait_stopped()
+        assert starts == [t0, t0, t0 + 10, t0 + 10, t0 + 15]
+
+
+@pytest.mark.anyio
+class TestLimitArguments:
+    @pytest.mark.parametrize("group_key", ["", 7, b"tenant", "x" * 257])
+    async def test_a_bad_group_key_is_refused_and_nothing_stored(
+        self, conformance: Conformance, group_key: Any
+    ) -> None:
+        q, name = conformance.queue, conformance.name
+        with pytest.raises(QueueError) as info:
+            await q.enqueue(name, None, group_key=group_key)
+        assert info.value.code == "queue/bad-argument"
+        assert "group_key" in info.value.message
+        with pytest.raises(QueueError):
+            await q.enqueue_many(name, [1, 2], group_key=group_key)
+        assert await conformance.size() == 0
+
+    @pytest.mark.parametrize("value", [0, -1, 1.5, True, "2"])
+    async def test_group_concurrency_must_be_a_positive_int(
+        self, conformance: Conformance, value: Any
+    ) -> None:
+        q, name = conformance.queue, conformance.name
+        for call in (
+            lambda: q.consume(name, succeed, group_concurrency=value),
+            lambda: q.tick(name, succeed, group_concurrency=value),
+        ):
+            with pytest.raises(QueueError) as info:
+                await call()
+            assert info.value.code == "queue/bad-argument"
+            assert "group_concurrency" in info.value.message
+
+    @pytest.mark.parametrize(
+        "value", ["100/s", 5, {"max": 0, "per_seconds": 1}, {"max": 1, "per_seconds": -1}, {}]
+    )
+    async def test_global_rate_limit_takes_what_rate_limit_takes(
+        self, conformance: Conformance, value: Any
+    ) -> None:
+        q, name = conformance.queue, conformance.name
+        await q.enqueue(name, None)
+        with pytest.raises(QueueError) as info:
+            await q.tick(name, succeed, global_rate_limit=value)
+        assert info.value.code == "queue/bad-argument"
+        assert "RateLimit" in info.value.message or "global_rate_limit" in info.value.message
+        assert await conformance.size() == 1  # nothing was leased
+
+
+@pytest.mark.anyio
+class TestWithoutLimits:
+    async def test_group_key_is_refused_when_groups_cannot_be_limited(
+        self, conformance: Conformance
+    ) -> None:
+        if conformance.capabilities.group_limits:
+            pytest.skip("backend declares group_limits=True")
+        q, name = conformance.queue, conformance.name
+        with pytest.raises(QueueError) as info:
+            await q.enqueue(name, None, group_key="tenant")
+        assert info.value.code == "queue/limits-unsupported"
+        with pytest.raises(QueueError) as info:
+            await q.tick(name, succeed, group_concurrency=1)
+        assert info.value.code == "queue/limits-unsupported"
+
+    async def test_global_rate_limit_is_refused_when_it_cannot_be_shared(
+        self, conformance: Conformance
+    ) -> None:
+        if conformance.capabilities.global_rate_limit:
+            pytest.skip("backend declares global_rate_limit=True")
+        q, name = conformance.queue, conformance.name
+        with pytest.raises(QueueError) as info:
+            await q.consume(name, succeed, global_rate_limit=RateLimit(max=1, per_seconds=1))
+        assert info.value.code == "queue/limits-unsupported"

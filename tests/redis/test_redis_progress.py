@@ -1,0 +1,22 @@
+"""Results and progress events across processes through one Redis server (SPEC §10): the
+subscriber and the result waiter here, the worker in another process."""
+
+from __future__ import annotations
+
+import pytest
+from redis_helpers import config
+
+from cross_process_events import run_elsewhere_and_watch
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_a_subscriber_sees_another_processs_progress_and_result(redis_url: str) -> None:
+    events, result, pid = await run_elsewhere_and_watch(config(redis_url))
+    assert [(e.kind, e.percent, e.data) for e in events] == [
+        ("progress", 30.0, {"step": 1}),
+        ("progress", 70.0, {"step": 2}),
+        ("finished", None, None),
+    ]
+    assert events[-1].state == "done"
+    assert result == {"pid": pid}
