@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import signal
 import subprocess
+import sys
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
@@ -276,3 +277,65 @@ def test_worker_whose_backend_cannot_open_exits_1_with_the_error_code(
 
     assert result.returncode == 1
     assert "error: [queue/backend-unavailable]" in result.stderr
+
+
+TASK_APP = textwrap.dedent(
+    """
+    import dataclasses
+    import pathlib
+
+    from blamequeue import Queue, Task
+
+    HERE = pathlib.Path(__file__).parent
+    queue = Queue(backends={"local": {"protocol": "local", "path": str(HERE / "jobs.db")}})
+
+
+    @dataclasses.dataclass
+    class Greeting:
+        name: str
+
+
+    @queue.register
+    class Greet(Task[Greeting]):
+        queue = "q"
+
+        def handle(self, payload, ctx):
+            with (HERE / "done.txt").open("a") as f:
+                f.write(f"{type(payload).__name__} {payload.name} {ctx.job.context}\\n")
+    """
+)
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "trio"])
+def test_worker_runs_the_tasks_of_a_queue_object(
+    tmp_path: Path, spawn_cli: SpawnCli, wait_until: WaitUntil, loop: str
+) -> None:
+    (tmp_path / "taskapp.py").write_text(TASK_APP)
+    db = tmp_path / "jobs.db"
+    dispatch = textwrap.dedent(
+        """
+        import anyio, taskapp
+
+        async def main():
+            async with taskapp.queue:
+                await taskapp.Greet.dispatch(taskapp.Greeting(name="ada"))
+                await taskapp.queue.job("Greet", {"name": "bo"}).with_context(by=7).dispatch()
+
+        anyio.run(main)
+        """
+    )
+    subprocess.run([sys.executable, "-c", dispatch], cwd=tmp_path, check=True, timeout=DEADLINE)
+    proc = spawn_cli(
+        "worker",
+        "taskapp:queue",
+        "--queue",
+        "q",
+        "--path",
+        str(db),
+        "--loop",
+        loop,
+        cwd=tmp_path,
+    )
+    wait_until(lambda: len(done_lines(tmp_path)) == 2, "the worker to run 2 tasks")
+    assert stop(proc) == 0
+    assert sorted(done_lines(tmp_path)) == ["Greeting ada {}", "Greeting bo {'by': 7}"]

@@ -29,6 +29,7 @@ from ._models import (
 )
 from ._progress import JobEvent, Subscription
 from ._queue import Queue
+from ._tasks import FunctionTask, PendingDispatch, Task, TaskRegistry, task
 from .errors import QueueError
 from .hookspecs import hookimpl
 
@@ -48,6 +49,7 @@ __all__ = [
     "FlowJob",
     "FlowResult",
     "FlowStatus",
+    "FunctionTask",
     "Job",
     "JobContext",
     "JobEvent",
@@ -56,14 +58,18 @@ __all__ = [
     "JsonlAuditSink",
     "LinearBackoff",
     "LoggingAuditSink",
+    "PendingDispatch",
     "Queue",
     "QueueError",
     "QueueInfo",
     "RateLimit",
     "ScheduleBackoff",
+    "Task",
+    "TaskRegistry",
     "Subscription",
     "TickResult",
     "WorkerInfo",
     "__version__",
     "hookimpl",
+    "task",
 ]

@@ -21,6 +21,7 @@ from ._context import JobContext, LeaseState, SyncJobContext
 from ._models import DeadLetter, Job
 from ._results import encode_result
 from ._runtime import BackendRuntime
+from ._tasks import CONTEXT_META_KEY, TASK_META_KEY, TaskRegistry
 from ._timeouts import run_within, timeout_error, timeout_of
 from .abc import Lease, Settlement, StoredJob
 from .errors import QueueError
@@ -45,6 +46,9 @@ def _meta(stored: StoredJob) -> dict[str, Any]:
 
 
 def to_job(runtime: BackendRuntime, stored: StoredJob) -> Job:
+    meta = _meta(stored)
+    task = meta.get(TASK_META_KEY)
+    context = meta.get(CONTEXT_META_KEY)
     return Job(
         id=stored.id,
         queue=stored.queue,
@@ -58,6 +62,8 @@ def to_job(runtime: BackendRuntime, stored: StoredJob) -> Job:
         available_at=to_datetime(stored.available_at),
         last_error=runtime.codec.decode_error(stored.last_error),
         flow_id=stored.flow_id,
+        task=task if isinstance(task, str) else None,
+        context=context if isinstance(context, dict) else {},
         group_key=stored.group_key,
     )
 
@@ -191,6 +197,12 @@ async def _run_handler(runtime: BackendRuntime, attempt: Attempt, handler: Handl
             at=runtime.clock.now(),
             error=runtime.codec.encode_error(attempt.error),
         )
+    if isinstance(handler, TaskRegistry):
+        try:
+            handler = handler.handler_for(job)
+        except QueueError as exc:
+            # A worker without the task's code (a deploy in progress?): retried, then the DLQ.
+            return failure(runtime, attempt, f"{exc.code}: {exc.message}")
     context = JobContext(job, attempt.state, runtime)
     try:
         if _is_async(handler):

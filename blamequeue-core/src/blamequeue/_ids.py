@@ -24,9 +24,7 @@ _last_rand = 0
 
 def _encode(value: int) -> str:
     # 130 bits fit 26 base32 digits; pad to 160 bits (20 bytes) so base64 does the work in C.
-    return base64.b32encode(value.to_bytes(20, "big")).decode("ascii")[6:].translate(
-        _TO_CROCKFORD
-    )
+    return base64.b32encode(value.to_bytes(20, "big")).decode("ascii")[6:].translate(_TO_CROCKFORD)
 
 
 def new_id() -> str:

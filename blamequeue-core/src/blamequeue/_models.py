@@ -50,6 +50,10 @@ class Job:
     available_at: datetime
     last_error: str | None
     flow_id: str | None = None
+    task: str | None = None
+    """The task name, for jobs dispatched as tasks (``queue.job(...)``, ``Task.dispatch``)."""
+    context: Mapping[str, Any] = attrs.field(factory=dict)
+    """The values the dispatcher attached with ``with_context(...)``."""
     group_key: str | None = None
     """The group it was enqueued in (``enqueue(..., group_key=...)``), if any."""
 

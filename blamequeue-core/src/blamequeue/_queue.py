@@ -6,10 +6,10 @@ import json
 import logging
 import math
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar, overload
 
 import anyio
 from anyio.abc import TaskGroup
@@ -56,6 +56,8 @@ from ._progress import Subscription
 from ._results import check_timeout, require_results, wait_for_result
 from ._runtime import BackendRuntime, build_runtime
 from ._sealing import parse_seal_config
+from ._tasks import FunctionTask, PendingDispatch, Task, TaskRegistry, to_wire
+from ._tasks import task as declare_task
 from ._tick import run_tick
 from ._timeouts import TIMEOUT_KEY
 from ._uniqueness import enqueue_unique, refuse_in_batch, unique_claim
@@ -85,6 +87,9 @@ log = logging.getLogger("blamequeue")
 
 _CLOSE_TIMEOUT = 10.0
 _ABORT_GRACE = 5.0
+
+P = TypeVar("P")
+R = TypeVar("R")
 
 
 def _config_error(message: str) -> ConfigError:
@@ -178,6 +183,7 @@ class Queue:
         self._stack: AsyncExitStack | None = None
         self._tg: TaskGroup | None = None
         self._consumers: list[Consumer] = []
+        self._tasks = TaskRegistry(self)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **kwargs: Any) -> Queue:
@@ -323,6 +329,7 @@ class Queue:
         classification: Any,
         trace_id: Any,
         backoff: Any,
+        extra_meta: Mapping[str, Any] | None = None,
         group_key: Any = None,
         timeout: Any = None,
     ) -> list[NewJob]:
@@ -345,12 +352,19 @@ class Queue:
                 "queue/bad-argument",
                 f"backend {runtime.name!r} (protocol {runtime.protocol!r}) cannot delay jobs",
             )
-        extra: dict[str, Any] = {}
+        fields: dict[str, Any] = dict(extra_meta or {})
         if backoff is not None:
-            extra["backoff"] = parse_backoff(backoff).to_spec()
+            fields["backoff"] = parse_backoff(backoff).to_spec()
         if timeout is not None:
-            extra[TIMEOUT_KEY] = check_positive_seconds(timeout, "timeout")
-        meta = json.dumps(extra) if extra else None
+            fields[TIMEOUT_KEY] = check_positive_seconds(timeout, "timeout")
+        try:
+            meta = json.dumps(fields) if fields else None
+        except (TypeError, ValueError) as exc:
+            raise BadArgumentError(
+                "queue/bad-argument",
+                f"with_context values must be JSON-serialisable (str, int, float, bool, None, "
+                f"lists and dicts of those): {exc}",
+            ) from exc
         now = self._clock.now()
         encode = runtime.codec.encode_payload
         return [
@@ -474,6 +488,100 @@ class Queue:
         await runtime.call("enqueue", lambda: runtime.backend.enqueue(jobs))
         runtime.notify(queue_name)
         return [job.id for job in jobs]
+
+    async def _enqueue_task(
+        self,
+        *,
+        queue_name: str,
+        payload: Any,
+        backend: str | None,
+        priority: int,
+        delay: float,
+        max_attempts: int | None,
+        backoff: Any,
+        timeout: float | None,
+        meta: Mapping[str, Any],
+    ) -> str:
+        """Enqueue one task job: ``enqueue`` plus the task's ``meta`` (see :mod:`._tasks`)."""
+        runtime = self._runtime(backend)
+        jobs = self._build_jobs(
+            runtime,
+            queue_name,
+            [to_wire(payload)],
+            priority=priority,
+            delay=delay,
+            max_attempts=max_attempts,
+            classification=None,
+            trace_id=None,
+            backoff=backoff,
+            extra_meta=meta,
+            timeout=timeout,
+        )
+        await runtime.call("enqueue", lambda: runtime.backend.enqueue(jobs))
+        runtime.notify(queue_name)
+        return jobs[0].id
+
+    # -- tasks -----------------------------------------------------------------------------
+    @property
+    def tasks(self) -> TaskRegistry:
+        """The tasks registered on this queue; also the handler that runs them by name."""
+        return self._tasks
+
+    def register(self, target: Any) -> Any:
+        """Register a :class:`~blamequeue.Task` subclass (or a ``@blamequeue.task``
+        function); returns it, so it also works as a class decorator."""
+        return self._tasks.register(target)
+
+    @overload
+    def task(self, function: Callable[[P, Any], R], /) -> FunctionTask[P, R]: ...
+
+    @overload
+    def task(
+        self,
+        /,
+        *,
+        name: str | None = None,
+        queue: str = "default",
+        tries: int | None = None,
+        timeout: float | None = None,
+        backoff: Any = None,
+        priority: int = 0,
+        payload_type: type | None = None,
+    ) -> Callable[[Callable[[P, Any], R]], FunctionTask[P, R]]: ...
+
+    def task(self, function: Any = None, /, **declared: Any) -> Any:
+        """Declare and register a task from a handler function ``(payload, ctx)``::
+
+        @queue.task(queue="emails", tries=5, timeout=30, backoff=[10, 30, 60])
+        async def send_welcome_email(payload: Welcome, ctx: JobContext) -> None: ...
+
+        await send_welcome_email.dispatch(Welcome(email="ada@example.com"))
+        """
+        declare = declare_task(**declared)
+        if function is not None:
+            return self._tasks.register(declare(function))
+        return lambda target: self._tasks.register(declare(target))
+
+    @overload
+    def job(self, task: type[Task[P]] | FunctionTask[P, Any], payload: P) -> PendingDispatch: ...
+
+    @overload
+    def job(self, task: str, payload: Any = None) -> PendingDispatch: ...
+
+    def job(self, task: Any, payload: Any = None) -> PendingDispatch:
+        """A fluent builder for one task job; ``task`` is a registered name or the task
+        itself.  An unknown name is refused here (``queue/unknown-job``)::
+
+            await queue.job("SendWelcomeEmail", payload).on_queue("emails").delay(60).dispatch()
+        """
+        if isinstance(task, FunctionTask):
+            name = task.settings.name
+        elif isinstance(task, type) and issubclass(task, Task):
+            name = task.settings().name
+        else:
+            name = task
+        entry = self._tasks.get(name)
+        return PendingDispatch(registry=self._tasks, settings=entry.settings, payload=payload)
 
     async def enqueue_flow(
         self,

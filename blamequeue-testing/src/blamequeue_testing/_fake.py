@@ -21,13 +21,21 @@ import math
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import attrs
 
 from blamequeue._backoff import parse_backoff
 from blamequeue._codec import dumps
 from blamequeue._models import Job
+from blamequeue._tasks import (
+    CONTEXT_META_KEY,
+    TASK_META_KEY,
+    FunctionTask,
+    RegisteredTask,
+    Task,
+    to_wire,
+)
 from blamequeue._uniqueness import refuse_in_batch, unique_claim
 from blamequeue._validation import (
     check_delay,
@@ -45,7 +53,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Dispatch", "FakeJobContext", "QueueFake", "SyncFakeJobContext"]
 
-_PATCHED = ("enqueue", "enqueue_many")
+_PATCHED = ("enqueue", "enqueue_many", "_enqueue_task")
 _SHOWN = 20  # dispatches listed in a failure message
 
 
@@ -61,6 +69,9 @@ class Dispatch:
     payload: Any
     options: Mapping[str, Any]
     job_id: str
+    task: str | None = None
+    """The task name, for a task dispatched with ``dispatch`` or ``queue.job(...)``; its
+    ``payload`` is the object given to ``dispatch`` (a dataclass stays a dataclass)."""
 
     @property
     def delay(self) -> float:
@@ -75,7 +86,8 @@ class Dispatch:
 
     def describe(self) -> str:
         options = ", ".join(f"{key}={value!r}" for key, value in self.options.items())
-        return f"{self.job_id} on {self.queue_name!r}: {self.payload!r}" + (
+        task = f"task {self.task!r} " if self.task is not None else ""
+        return f"{self.job_id} {task}on {self.queue_name!r}: {self.payload!r}" + (
             f" ({options})" if options else ""
         )
 
@@ -83,6 +95,33 @@ class Dispatch:
 Predicate = Callable[[Dispatch], object] | Any
 """A callable given each :class:`Dispatch` (truthy = match), or a value compared with
 ``payload`` by ``==``."""
+
+
+Target = Any
+"""A queue name (``str``), or a task (a ``blamequeue.Task`` subclass or a ``@task`` function)
+to select that task's dispatches, on whatever queue they went to."""
+
+
+def _task_name(target: Any) -> str | None:
+    if isinstance(target, FunctionTask):
+        return target.settings.name
+    if isinstance(target, type) and issubclass(target, Task):
+        return target.settings().name
+    return None
+
+
+def _selects(dispatch: Dispatch, target: Target) -> bool:
+    if target is None:
+        return True
+    name = _task_name(target)
+    if name is not None:
+        return dispatch.task == name
+    return bool(dispatch.queue_name == target)
+
+
+def _where(target: Target) -> str:
+    name = _task_name(target)
+    return f"of task {name!r}" if name is not None else f"on queue {target!r}"
 
 
 def _matches(dispatch: Dispatch, predicate: Predicate) -> bool:
@@ -245,10 +284,11 @@ class QueueFake:
         if self._saved is not None:
             return self
         queue: Any = self.queue
-        originals = {name: getattr(queue, name) for name in _PATCHED}
+        originals: dict[str, Any] = {name: getattr(queue, name, None) for name in _PATCHED}
         recorders = {
             "enqueue": self._recorder(originals["enqueue"], many=False),
             "enqueue_many": self._recorder(originals["enqueue_many"], many=True),
+            "_enqueue_task": self._record_task,
         }
         instance_dict = getattr(queue, "__dict__", None)
         if instance_dict is not None:
@@ -342,10 +382,34 @@ class QueueFake:
 
         return enqueue_many if many else enqueue
 
-    def _record(self, queue_name: str, payload: Any, options: Mapping[str, Any]) -> str:
+    async def _record_task(
+        self, *, queue_name: str, payload: Any, meta: Mapping[str, Any], **options: Any
+    ) -> str:
+        # The builder checked every option already; the payload is checked as enqueue would.
+        dumps(to_wire(payload))
+        # Like enqueue's recorder, only what differs from the defaults is kept.
+        given = {k: v for k, v in options.items() if v is not None and v != 0}
+        if meta.get(CONTEXT_META_KEY):
+            given["context"] = dict(meta[CONTEXT_META_KEY])
+        return self._record(queue_name, payload, given, task=meta.get(TASK_META_KEY))
+
+    def _record(
+        self,
+        queue_name: str,
+        payload: Any,
+        options: Mapping[str, Any],
+        *,
+        task: str | None = None,
+    ) -> str:
         job_id = self._next_id()
         self.dispatches.append(
-            Dispatch(queue_name=queue_name, payload=payload, options=dict(options), job_id=job_id)
+            Dispatch(
+                queue_name=queue_name,
+                payload=payload,
+                options=dict(options),
+                job_id=job_id,
+                task=task,
+            )
         )
         return job_id
 
@@ -353,15 +417,10 @@ class QueueFake:
         return f"job-fake-{next(self._ids)}"
 
     # -- reading ----------------------------------------------------------------------------
-    def dispatched(
-        self, queue_name: str | None = None, predicate: Predicate = None
-    ) -> list[Dispatch]:
-        """The recorded dispatches (of ``queue_name``, matching ``predicate``), in order."""
-        return [
-            d
-            for d in self.dispatches
-            if (queue_name is None or d.queue_name == queue_name) and _matches(d, predicate)
-        ]
+    def dispatched(self, queue_name: Target = None, predicate: Predicate = None) -> list[Dispatch]:
+        """The recorded dispatches (on ``queue_name``, or of a task when given one; matching
+        ``predicate``), in order."""
+        return [d for d in self.dispatches if _selects(d, queue_name) and _matches(d, predicate)]
 
     def clear(self) -> None:
         """Forget every recorded dispatch."""
@@ -369,12 +428,12 @@ class QueueFake:
 
     # -- asserting --------------------------------------------------------------------------
     def assert_dispatched(
-        self, queue_name: str, predicate: Predicate = None, *, times: int | None = None
+        self, queue_name: Target, predicate: Predicate = None, *, times: int | None = None
     ) -> list[Dispatch]:
         """At least one dispatch on ``queue_name`` matches ``predicate`` (exactly ``times``
         when given).  Returns the matching dispatches."""
         found = self.dispatched(queue_name, predicate)
-        what = f"on queue {queue_name!r}{_describe_predicate(predicate)}"
+        what = f"{_where(queue_name)}{_describe_predicate(predicate)}"
         if times is None:
             if not found:
                 self._fail(f"expected a dispatch {what}, found none")
@@ -382,17 +441,17 @@ class QueueFake:
             self._fail(f"expected {times} dispatch(es) {what}, found {len(found)}")
         return found
 
-    def assert_not_dispatched(self, queue_name: str, predicate: Predicate = None) -> None:
+    def assert_not_dispatched(self, queue_name: Target, predicate: Predicate = None) -> None:
         """No dispatch on ``queue_name`` matches ``predicate``."""
         found = self.dispatched(queue_name, predicate)
         if found:
             self._fail(
-                f"expected no dispatch on queue {queue_name!r}{_describe_predicate(predicate)}, "
+                f"expected no dispatch {_where(queue_name)}{_describe_predicate(predicate)}, "
                 f"found {len(found)}"
             )
 
     def assert_dispatched_times(
-        self, queue_name: str, n: int, predicate: Predicate = None
+        self, queue_name: Target, n: int, predicate: Predicate = None
     ) -> list[Dispatch]:
         """Exactly ``n`` dispatches on ``queue_name`` (matching ``predicate``)."""
         return self.assert_dispatched(queue_name, predicate, times=n)
@@ -403,7 +462,7 @@ class QueueFake:
             self._fail(f"expected nothing dispatched, found {len(self.dispatches)}")
 
     def assert_dispatched_with_delay(
-        self, queue_name: str, delay: float, predicate: Predicate = None
+        self, queue_name: Target, delay: float, predicate: Predicate = None
     ) -> list[Dispatch]:
         """At least one dispatch on ``queue_name`` (matching ``predicate``) passed ``delay``
         seconds (compared as floats; ``0`` matches a dispatch that passed no delay)."""
@@ -415,13 +474,13 @@ class QueueFake:
         ]
         if not found:
             self._fail(
-                f"expected a dispatch on queue {queue_name!r}{_describe_predicate(predicate)} "
+                f"expected a dispatch {_where(queue_name)}{_describe_predicate(predicate)} "
                 f"with delay {expected!r} s, found none"
             )
         return found
 
     def assert_dispatched_on(
-        self, queue_name: str, predicate: Predicate = None, *, backend: str | None = None
+        self, queue_name: Target, predicate: Predicate = None, *, backend: str | None = None
     ) -> list[Dispatch]:
         """At least one dispatch went to ``queue_name`` (matching ``predicate``), and, when
         ``backend`` is given, to that backend (named with ``backend=`` in the call).
@@ -435,7 +494,7 @@ class QueueFake:
         if not found:
             on_backend = f" on backend {backend!r}" if backend is not None else ""
             self._fail(
-                f"expected a dispatch on queue {queue_name!r}{on_backend}"
+                f"expected a dispatch {_where(queue_name)}{on_backend}"
                 f"{_describe_predicate(predicate)}, found none"
             )
         return found
@@ -496,13 +555,26 @@ class QueueFake:
         dependency_results: Mapping[str, Any] | None = None,
     ) -> Any:
         """Run ``handler(job, ctx)`` once, directly (no backend, no retries) and return its
-        result.  An async handler gets a :class:`FakeJobContext` and is awaited; a plain
+        result.  ``handler`` may also be a task (a ``Task`` subclass or a ``@task`` function):
+        its handler then gets ``payload`` as a dispatch would deliver it.  An async handler
+        gets a :class:`FakeJobContext` and is awaited; a plain
         ``def`` handler is called with a :class:`SyncFakeJobContext`.  The context is kept in
         :attr:`last_context`; its ``dependency_results()`` answers ``dependency_results``
         (a flow child's view of its dependencies' results, ``{}`` by default)."""
-        job = self.make_job(
-            payload, queue_name=queue_name, attempts=attempts, max_attempts=max_attempts
-        )
+        if _task_name(handler) is not None:
+            entry = RegisteredTask.of(cast(Any, handler))
+            handler = entry.job_handler()
+            job = self.make_job(
+                to_wire(payload),
+                queue_name=queue_name,
+                attempts=attempts,
+                max_attempts=max_attempts,
+            )
+            job = attrs.evolve(job, task=entry.settings.name)
+        else:
+            job = self.make_job(
+                payload, queue_name=queue_name, attempts=attempts, max_attempts=max_attempts
+            )
         expires = job.available_at + timedelta(seconds=lease)
         if _is_async(handler):
             context = FakeJobContext(job, expires, self._now, dependency_results)

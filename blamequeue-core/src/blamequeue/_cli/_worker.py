@@ -196,6 +196,9 @@ def load_handler(target: str, app_dir: str = ".") -> Handler:
                 f"module {module_name!r} ({getattr(module, '__file__', '?')}) has no attribute "
                 f"{attr_path!r}"
             ) from None
+    if isinstance(obj, Queue):
+        # A Queue stands for its task registry: the worker runs its tasks by name.
+        obj = obj.tasks
     if not callable(obj):
         raise UsageError(
             f"{target} is not callable (it is {type(obj).__name__} {reprlib.repr(obj)}); a "

@@ -89,9 +89,7 @@ class TestAudit:
         assert event.time == datetime.fromtimestamp(conformance.now(), UTC)
         _no_payload(conformance.audit.events)
 
-    async def test_dlq_purge_event_names_backend_and_queue(
-        self, conformance: Conformance
-    ) -> None:
+    async def test_dlq_purge_event_names_backend_and_queue(self, conformance: Conformance) -> None:
         q, name = conformance.queue, conformance.name
         await q.enqueue(name, {"card": SECRET}, max_attempts=1)
         await q.tick(name, _secret_failure)

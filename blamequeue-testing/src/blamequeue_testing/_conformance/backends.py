@@ -19,9 +19,7 @@ class TestBackendStatus:
             BackendStatus(name=BACKEND, protocol=protocol, breaker_state="closed")
         ]
 
-    async def test_breaker_stays_closed_through_normal_work(
-        self, conformance: Conformance
-    ) -> None:
+    async def test_breaker_stays_closed_through_normal_work(self, conformance: Conformance) -> None:
         q, name = conformance.queue, conformance.name
         await q.enqueue_many(name, [1, 2, 3])
         await q.tick(name, _fail_one, max=3)

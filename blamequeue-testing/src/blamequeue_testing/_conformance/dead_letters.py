@@ -111,9 +111,7 @@ class TestDeadLetterQueue:
         limited = await conformance.queue.dlq_list(conformance.name, limit=2)
         assert [letter.job_id for letter in limited] == [third, second]
 
-    async def test_dead_job_is_never_retried_automatically(
-        self, conformance: Conformance
-    ) -> None:
+    async def test_dead_job_is_never_retried_automatically(self, conformance: Conformance) -> None:
         await _kill(conformance)
         for _ in range(3):
             conformance.advance(24 * 3600)

@@ -138,9 +138,7 @@ class TestSweep:
     def _needs_virtual_leases(self, conformance: Conformance) -> None:
         conformance.require_virtual_leases()
 
-    async def test_sweep_repends_expired_lease_due_at_once(
-        self, conformance: Conformance
-    ) -> None:
+    async def test_sweep_repends_expired_lease_due_at_once(self, conformance: Conformance) -> None:
         q, name = conformance.queue, conformance.name
         await q.enqueue(name, "x", max_attempts=3)
         seen: dict[str, Any] = {}

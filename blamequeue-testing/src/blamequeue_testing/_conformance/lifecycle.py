@@ -85,7 +85,7 @@ class TestEnqueue:
         q, name = conformance.queue, conformance.name
         payloads: list[Any] = [
             {"url": "https://example.com", "tags": ["a", "b"], "n": 3, "ratio": 0.25},
-            ["ünïcødé ✓", "日本語", "emoji 🎉", "quote \" and \\ backslash"],
+            ["ünïcødé ✓", "日本語", "emoji 🎉", 'quote " and \\ backslash'],
             None,
             True,
             -17,

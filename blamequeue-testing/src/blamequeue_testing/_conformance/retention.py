@@ -38,9 +38,7 @@ class TestRetention:
             await q.sweep()
             assert await _done_rows_left(q, conformance.now()) == 1
 
-    async def test_sweep_prunes_done_job_after_retain_done(
-        self, conformance: Conformance
-    ) -> None:
+    async def test_sweep_prunes_done_job_after_retain_done(self, conformance: Conformance) -> None:
         async with conformance.factory.open(retain_done=5) as q:
             await q.enqueue(conformance.name, "x")
             await q.tick(conformance.name, succeed)

@@ -58,9 +58,7 @@ class TestTick:
         assert result.may_have_more is False
         assert _settled_once(result)
 
-    async def test_tick_queue_depth_is_size_after_the_batch(
-        self, conformance: Conformance
-    ) -> None:
+    async def test_tick_queue_depth_is_size_after_the_batch(self, conformance: Conformance) -> None:
         q, name = conformance.queue, conformance.name
         await q.enqueue_many(name, ["ok", "retry", "ok", "ok"])
         await q.enqueue(name, "later", delay=3600)
@@ -92,9 +90,7 @@ class TestTick:
         assert result.succeeded == 4
         assert await conformance.size() == 3
 
-    async def test_tick_counts_each_leased_job_exactly_once(
-        self, conformance: Conformance
-    ) -> None:
+    async def test_tick_counts_each_leased_job_exactly_once(self, conformance: Conformance) -> None:
         q, name = conformance.queue, conformance.name
         outcomes = ["ok", "fail", "ok", "die", "fail", "ok", "die", "ok"]
         for outcome in outcomes:
