@@ -59,6 +59,8 @@ def test_value_types_are_frozen_attrs_with_the_specified_fields() -> None:
             "available_at",
             "last_error",
             "flow_id",
+            "task",
+            "context",
             "group_key",
         ],
         blamequeue.TickResult: [
