@@ -9,6 +9,7 @@ a job is dispatched, so a typo fails at the call site instead of in a worker's d
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import difflib
 import importlib
@@ -125,38 +126,7 @@ def _structured(candidate: Any) -> type | None:
     return None
 
 
-class _Dispatcher(Generic[P]):
-    """The ``dispatch`` family, shared by class-based and function tasks."""
-
-    def _dispatch_target(self) -> tuple[TaskRegistry, TaskSettings]:
-        raise NotImplementedError
-
-    def pending(self, payload: P) -> PendingDispatch:
-        registry, settings = self._dispatch_target()
-        return PendingDispatch(registry=registry, settings=settings, payload=payload)
-
-    async def dispatch(self, payload: P) -> str:
-        """Enqueue one job of this task; returns the job id."""
-        return await self.pending(payload).dispatch()
-
-    async def dispatch_if(self, condition: object, payload: P) -> str | None:
-        """Dispatch when ``condition`` is true; returns the job id, or None."""
-        return await self.pending(payload).dispatch_if(condition)
-
-    async def dispatch_unless(self, condition: object, payload: P) -> str | None:
-        """Dispatch when ``condition`` is false; returns the job id, or None."""
-        return await self.pending(payload).dispatch_unless(condition)
-
-    async def dispatch_after(self, seconds: float, payload: P) -> str:
-        """Enqueue one job that becomes due ``seconds`` from now."""
-        return await self.pending(payload).delay(seconds).dispatch()
-
-    async def dispatch_now(self, payload: P) -> Any:
-        """Run the task here and now, without the queue; returns what the handler returns."""
-        return await self.pending(payload).dispatch_now()
-
-
-class Task(Generic[P]):
+class Task(abc.ABC, Generic[P]):
     """Base class of a named job type.  Subclass it, set the class attributes, write
     ``handle``, and register the class on a :class:`~blamequeue.Queue`::
 
@@ -191,8 +161,9 @@ class Task(Generic[P]):
 
     _registries: ClassVar[list[TaskRegistry]]
 
+    @abc.abstractmethod
     def handle(self, payload: P, ctx: Any) -> Any:
-        raise NotImplementedError(f"{type(self).__name__} must define handle(payload, ctx)")
+        """Run one job of this task (``async def`` or plain ``def``)."""
 
     @classmethod
     def settings(cls) -> TaskSettings:
@@ -262,7 +233,7 @@ class Task(Generic[P]):
         return await cls.pending(payload).dispatch_now()
 
 
-class FunctionTask(_Dispatcher[P], Generic[P, R]):
+class FunctionTask(Generic[P, R]):
     """A task declared by decorating a handler function (``@queue.task`` or
     ``@blamequeue.task``).  Calling it calls the function."""
 
@@ -287,6 +258,30 @@ class FunctionTask(_Dispatcher[P], Generic[P, R]):
                 f"queue.register(...) or declare it with @queue.task",
             )
         return self._registries[-1], self.settings
+
+    def pending(self, payload: P) -> PendingDispatch:
+        registry, settings = self._dispatch_target()
+        return PendingDispatch(registry=registry, settings=settings, payload=payload)
+
+    async def dispatch(self, payload: P) -> str:
+        """Enqueue one job of this task; returns the job id."""
+        return await self.pending(payload).dispatch()
+
+    async def dispatch_if(self, condition: object, payload: P) -> str | None:
+        """Dispatch when ``condition`` is true; returns the job id, or None."""
+        return await self.pending(payload).dispatch_if(condition)
+
+    async def dispatch_unless(self, condition: object, payload: P) -> str | None:
+        """Dispatch when ``condition`` is false; returns the job id, or None."""
+        return await self.pending(payload).dispatch_unless(condition)
+
+    async def dispatch_after(self, seconds: float, payload: P) -> str:
+        """Enqueue one job that becomes due ``seconds`` from now."""
+        return await self.pending(payload).delay(seconds).dispatch()
+
+    async def dispatch_now(self, payload: P) -> Any:
+        """Run the task here and now, without the queue; returns what the handler returns."""
+        return await self.pending(payload).dispatch_now()
 
 
 def _function_settings(function: Callable[..., Any], **declared: Any) -> TaskSettings:
