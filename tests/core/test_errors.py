@@ -41,6 +41,7 @@ EXTENSION_CODES = {
     "queue/unique-unsupported",
     "queue/results-unsupported",
     "queue/cancel-unsupported",
+    "queue/records-unsupported",
 }
 
 

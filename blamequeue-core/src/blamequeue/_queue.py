@@ -53,6 +53,7 @@ from ._models import (
 from ._plugins import load_registry
 from ._presence import LIVE_FOR
 from ._progress import Subscription
+from ._records import RecordStore
 from ._results import check_timeout, require_results, wait_for_result
 from ._runtime import BackendRuntime, build_runtime
 from ._sealing import parse_seal_config
@@ -305,6 +306,12 @@ class Queue:
                 f"queue blamequeue can read; inspect it with the store's own tools",
             )
         return runtime
+
+    def records(self, backend: str | None = None) -> RecordStore:
+        """The shared records of ``backend`` (default: the default backend), which batches,
+        schedules, metrics and pause flags keep their state in; ``queue/records-unsupported``
+        on a backend that keeps none (``sqs``)."""
+        return RecordStore(self._runtime(backend))
 
     def _flow_runtime(self, backend: str | None) -> BackendRuntime:
         runtime = self._runtime(backend)

@@ -62,6 +62,7 @@ __all__ = [
     "Lease",
     "LeaseLimits",
     "NewJob",
+    "Record",
     "Settlement",
     "StoredJob",
     "StoredJobPage",
@@ -132,6 +133,10 @@ class Capabilities:
     * ``group_limits``: jobs carry ``group_key`` and :meth:`Backend.lease_limited` honours
       ``LeaseLimits.group_concurrency``.  Without it the core refuses ``group_key`` and
       ``group_concurrency`` with ``queue/limits-unsupported``.
+    * ``records``: the shared records work (:meth:`Backend.record_put` and its neighbours):
+      small keyed values and counters every process sharing the store sees, which batches,
+      schedules, metrics and pause flags are built on.  Without it the core refuses those
+      features with ``queue/records-unsupported``.
     """
 
     dlq: bool = True
@@ -150,6 +155,7 @@ class Capabilities:
     async_libraries: frozenset[str] = frozenset({"asyncio", "trio"})
     global_rate_limit: bool = False
     group_limits: bool = False
+    records: bool = False
 
 
 @attrs.frozen(kw_only=True)
@@ -329,6 +335,18 @@ class WorkerRecord:
 
 
 @attrs.frozen(kw_only=True)
+class Record:
+    """One shared record (:attr:`Capabilities.records`): an optional value and named counters
+    under ``(kind, key)``, visible to every process sharing the store until ``expires_at``."""
+
+    kind: str
+    key: str
+    value: bytes | None
+    counters: Mapping[str, float]
+    expires_at: float | None
+
+
+@attrs.frozen(kw_only=True)
 class JobCursor:
     """A ready-made :meth:`Backend.list_jobs` cursor for stores that number jobs in enqueue
     order: the position ``(state, seq)`` of the last job of a page.
@@ -409,6 +427,17 @@ class JobWatch:
             tg.start_soon(run_wait)
             tg.start_soon(run_clock)
         return outcome[0] if outcome else None
+
+
+def _records_unsupported(backend: Backend) -> Exception:
+    from .errors import UnsupportedError
+
+    return UnsupportedError(
+        "queue/records-unsupported",
+        f"backend {backend.context.name!r} (protocol {backend.protocol!r}) keeps no shared "
+        f"records, which batches, schedules, metrics and pause flags need; use a backend whose "
+        f"capabilities include records (e.g. 'local', 'redis' or 'memory') for them",
+    )
 
 
 def _inspection_unsupported(backend: Backend, what: str) -> Exception:
@@ -660,6 +689,65 @@ class Backend(abc.ABC):
             "queue/flow-unsupported",
             f"protocol {self.protocol!r} cannot park and release flow children",
         )
+
+    # -- shared records (only with Capabilities.records) -------------------------------------
+    # Small keyed state the jobs layer keeps in the store so every process sees it: batches,
+    # schedules and their once-per-slot claims, metrics windows, pause flags.  ``kind`` and
+    # ``key`` are non-empty strings without NUL; a record whose ``expires_at`` has passed
+    # (``<= now``) is gone for every method, and :meth:`sweep` may delete it.  Each method is
+    # atomic on its own.  Backends without the capability keep these defaults, which refuse.
+    async def record_put(
+        self,
+        kind: str,
+        key: str,
+        value: bytes,
+        *,
+        now: float,
+        expires_at: float | None = None,
+        if_absent: bool = False,
+    ) -> bool:
+        """Set the value of ``(kind, key)`` and its expiry, keeping its counters; with
+        ``if_absent`` only when no live record exists (a claim).  Returns whether it wrote."""
+        raise _records_unsupported(self)
+
+    async def record_get(self, kind: str, key: str, *, now: float) -> Record | None:
+        """The live record ``(kind, key)``, or ``None``."""
+        raise _records_unsupported(self)
+
+    async def record_get_many(
+        self, kind: str, keys: Sequence[str], *, now: float
+    ) -> list[Record | None]:
+        """:meth:`record_get` for each key, in one read."""
+        raise _records_unsupported(self)
+
+    async def record_list(
+        self, kind: str, *, now: float, prefix: str = "", limit: int | None = None
+    ) -> list[Record]:
+        """The live records of ``kind`` whose key starts with ``prefix``, ordered by key (code
+        point order), at most ``limit`` of them."""
+        raise _records_unsupported(self)
+
+    async def record_add(
+        self,
+        kind: str,
+        key: str,
+        deltas: Mapping[str, float],
+        *,
+        now: float,
+        expires_at: float | None = None,
+        once: str | None = None,
+    ) -> tuple[Record, bool]:
+        """Add ``deltas`` to the named counters of ``(kind, key)`` (absent counters and records
+        start at 0; a record that expired starts afresh) and, when given, set its expiry.
+
+        ``once`` is an idempotency token: when the record already applied it, nothing changes.
+        Returns the record after the call and whether the deltas were applied.
+        """
+        raise _records_unsupported(self)
+
+    async def record_delete(self, kind: str, key: str) -> bool:
+        """Delete ``(kind, key)`` with its counters and tokens; returns whether one was stored."""
+        raise _records_unsupported(self)
 
     # -- inspection (only with Capabilities.inspection) ---------------------------------------
     # Reads for operators, the CLI and dashboards, and the worker registry each consumer writes

@@ -15,7 +15,7 @@ The tree::
     ├── UnsupportedError               queue/dlq-unsupported, queue/flow-unsupported,
     │                                  queue/inspection-unsupported, queue/limits-unsupported,
     │                                  queue/unique-unsupported, queue/results-unsupported,
-    │                                  queue/cancel-unsupported
+    │                                  queue/cancel-unsupported, queue/records-unsupported
     ├── BackendUnavailableError        queue/backend-unavailable (retryable)
     ├── ResultTimeoutError (TimeoutError)  queue/result-timeout
     ├── JobFailedError                 queue/job-failed (.job_id, .state, .last_error)
@@ -66,6 +66,7 @@ ErrorCode = Literal[
     "queue/result-timeout",
     "queue/unique-unsupported",
     "queue/results-unsupported",
+    "queue/records-unsupported",
 ]
 
 #: Every code the library can raise; the documentation lists exactly these.
@@ -128,7 +129,8 @@ class UnsupportedError(QueueError):
     """The selected backend cannot do this (``queue/dlq-unsupported``,
     ``queue/flow-unsupported``, ``queue/inspection-unsupported``,
     ``queue/limits-unsupported``, ``queue/unique-unsupported``,
-    ``queue/results-unsupported``)."""
+    ``queue/results-unsupported``, ``queue/cancel-unsupported``,
+    ``queue/records-unsupported``)."""
 
 
 class BackendUnavailableError(QueueError):

@@ -48,6 +48,7 @@ from blamequeue.abc import (
     Lease,
     LeaseLimits,
     NewJob,
+    Record,
     Settlement,
     StoredJob,
     StoredJobPage,
@@ -184,6 +185,29 @@ class _MemoryWatch(JobWatch):
         return self.events.popleft() if self.events else None
 
 
+class _Record:
+    __slots__ = ("counters", "expires_at", "tokens", "value")
+
+    def __init__(self) -> None:
+        self.value: bytes | None = None
+        self.counters: dict[str, float] = {}
+        self.expires_at: float | None = None
+        self.tokens: set[str] = set()
+
+    def snapshot(self, kind: str, key: str) -> Record:
+        return Record(
+            kind=kind,
+            key=key,
+            value=self.value,
+            counters=dict(self.counters),
+            expires_at=self.expires_at,
+        )
+
+
+def _expired(record: _Record, now: float) -> bool:
+    return record.expires_at is not None and record.expires_at <= now
+
+
 class _Store:
     """The jobs of one backend, or of every backend sharing a namespace."""
 
@@ -205,6 +229,14 @@ class _Store:
         # holds it is decided when asked (holder()), so no transition has to release keys.
         self.unique: dict[tuple[str, str], _Row] = {}
         self.watches: dict[str, set[_MemoryWatch]] = {}  # open watch_job()s, by job id
+        self.records: dict[str, dict[str, _Record]] = {}  # shared records, by kind then key
+
+    def live_record(self, kind: str, key: str, now: float) -> _Record | None:
+        record = self.records.get(kind, {}).get(key)
+        if record is not None and record.expires_at is not None and record.expires_at <= now:
+            del self.records[kind][key]
+            return None
+        return record
 
     def tell(self, job_id: str, event: str | None) -> None:
         """Push ``event`` (``None``: the job changed state) to the watches of ``job_id``."""
@@ -380,6 +412,7 @@ class MemoryBackend(Backend):
         results=True,
         progress_events=True,
         cancel=True,
+        records=True,
     )
 
     def __init__(self, options: Mapping[str, Any], context: BackendContext) -> None:
@@ -630,6 +663,9 @@ class MemoryBackend(Backend):
                     pruned += 1
             for queue in pended:
                 store.notify(queue)
+            for records in store.records.values():
+                for key in [k for k, r in records.items() if _expired(r, now)]:
+                    del records[key]
         return SweepResult(repended=len(expired), expired=expired, dead=dead, pruned=pruned)
 
     async def wait_for_work(self, queue: str, *, timeout: float) -> None:
@@ -819,6 +855,95 @@ class MemoryBackend(Backend):
                 for name, index in self._store.queues.items()
                 if any(index.counts.values())
             }
+
+    # -- shared records ------------------------------------------------------------------------
+    async def record_put(
+        self,
+        kind: str,
+        key: str,
+        value: bytes,
+        *,
+        now: float,
+        expires_at: float | None = None,
+        if_absent: bool = False,
+    ) -> bool:
+        await anyio.lowlevel.checkpoint()
+        store = self._store
+        with store.lock:
+            record = store.live_record(kind, key, now)
+            if record is None:
+                record = store.records.setdefault(kind, {})[key] = _Record()
+            elif if_absent:
+                return False
+            record.value = bytes(value)
+            record.expires_at = expires_at
+            return True
+
+    async def record_get(self, kind: str, key: str, *, now: float) -> Record | None:
+        await anyio.lowlevel.checkpoint()
+        with self._store.lock:
+            record = self._store.live_record(kind, key, now)
+            return None if record is None else record.snapshot(kind, key)
+
+    async def record_get_many(
+        self, kind: str, keys: Sequence[str], *, now: float
+    ) -> list[Record | None]:
+        await anyio.lowlevel.checkpoint()
+        store = self._store
+        with store.lock:
+            out: list[Record | None] = []
+            for key in keys:
+                record = store.live_record(kind, key, now)
+                out.append(None if record is None else record.snapshot(kind, key))
+            return out
+
+    async def record_list(
+        self, kind: str, *, now: float, prefix: str = "", limit: int | None = None
+    ) -> list[Record]:
+        await anyio.lowlevel.checkpoint()
+        store = self._store
+        with store.lock:
+            out: list[Record] = []
+            for key in sorted(k for k in store.records.get(kind, {}) if k.startswith(prefix)):
+                if limit is not None and len(out) >= limit:
+                    break
+                record = store.live_record(kind, key, now)
+                if record is not None:
+                    out.append(record.snapshot(kind, key))
+            return out
+
+    async def record_add(
+        self,
+        kind: str,
+        key: str,
+        deltas: Mapping[str, float],
+        *,
+        now: float,
+        expires_at: float | None = None,
+        once: str | None = None,
+    ) -> tuple[Record, bool]:
+        await anyio.lowlevel.checkpoint()
+        store = self._store
+        with store.lock:
+            record = store.live_record(kind, key, now)
+            if record is None:
+                record = store.records.setdefault(kind, {})[key] = _Record()
+            if once is not None:
+                if once in record.tokens:
+                    return record.snapshot(kind, key), False
+                record.tokens.add(once)
+            counters = record.counters
+            for name, delta in deltas.items():
+                counters[name] = counters.get(name, 0) + delta
+            if expires_at is not None:
+                record.expires_at = expires_at
+            return record.snapshot(kind, key), True
+
+    async def record_delete(self, kind: str, key: str) -> bool:
+        await anyio.lowlevel.checkpoint()
+        with self._store.lock:
+            record = self._store.records.get(kind, {}).pop(key, None)
+            return record is not None
 
     async def worker_heartbeat(self, worker: WorkerRecord) -> None:
         await anyio.lowlevel.checkpoint()

@@ -72,6 +72,7 @@ from ._conformance.limits import (
     TestWithoutLimits,
 )
 from ._conformance.ordering import TestDelay, TestOrdering
+from ._conformance.records import TestRecords, TestWithoutRecords
 from ._conformance.results import (
     TestFlowResults,
     TestProgressEvents,
@@ -120,6 +121,7 @@ __all__ = [
     "TestPurge",
     "TestQueueCounts",
     "TestRateLimit",
+    "TestRecords",
     "TestResults",
     "TestRetention",
     "TestSealKeyFile",
@@ -136,6 +138,7 @@ __all__ = [
     "TestWithoutFlows",
     "TestWithoutInspection",
     "TestWithoutLimits",
+    "TestWithoutRecords",
     "TestWithoutUniqueJobs",
     "TestWithoutResults",
     "TestWorkers",
