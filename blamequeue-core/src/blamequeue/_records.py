@@ -10,6 +10,7 @@ other backend call, and encodes JSON values.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -29,6 +30,28 @@ def _check_name(what: str, value: str) -> str:
             f"a record {what} must be a non-empty string without NUL, got {value!r}",
         )
     return value
+
+
+def _check_deltas(deltas: Mapping[str, float]) -> dict[str, float]:
+    if not isinstance(deltas, Mapping):
+        raise BadArgumentError(
+            "queue/bad-argument",
+            f"deltas must be a mapping of counter names to numbers, got {deltas!r}",
+        )
+    checked: dict[str, float] = {}
+    for name, delta in deltas.items():
+        _check_name("counter name", name)
+        if (
+            isinstance(delta, bool)
+            or not isinstance(delta, int | float)
+            or not math.isfinite(delta)
+        ):
+            raise BadArgumentError(
+                "queue/bad-argument",
+                f"counter {name!r}: a delta must be a finite int or float, got {delta!r}",
+            )
+        checked[name] = delta
+    return checked
 
 
 def decode_value(record: Record | None) -> Any:
@@ -109,7 +132,7 @@ class RecordStore:
         """Add to counters of ``(kind, key)``; see :meth:`Backend.record_add`."""
         _check_name("kind", kind)
         _check_name("key", key)
-        backend, now, changes = self.runtime.backend, self.now(), dict(deltas)
+        backend, now, changes = self.runtime.backend, self.now(), _check_deltas(deltas)
         return await self.runtime.call(
             "record_add",
             lambda: backend.record_add(

@@ -35,6 +35,7 @@ from blamequeue.abc import (
     Lease,
     LeaseLimits,
     NewJob,
+    Record,
     Settlement,
     StoredJob,
     StoredJobPage,
@@ -44,6 +45,7 @@ from blamequeue.abc import (
 from blamequeue.errors import BackendUnavailableError, BadArgumentError, QueueError
 from blamequeue_local._aiosqlite_store import AiosqliteStore, is_aiosqlite_connection
 from blamequeue_local._options import LocalOptions, parse_options
+from blamequeue_local._records_sql import RecordStatements, prefix_upper_bound
 from blamequeue_local._sqlite_errors import map_store_error
 from blamequeue_local._statements import (
     ADDED_COLUMNS,
@@ -185,12 +187,14 @@ class LocalBackend(Backend):
         async_libraries=frozenset({"asyncio", "trio"}),
         global_rate_limit=True,
         group_limits=True,
+        records=True,
     )
 
     def __init__(self, options: Mapping[str, Any], context: BackendContext) -> None:
         super().__init__(options, context)
         self._config: LocalOptions = parse_options(options)
         self._sql = Statements(self._config.table, self._config.schema)
+        self._records_sql = RecordStatements(self._config.table, self._config.schema)
         where = self._config.path if self._config.path is not None else "bring-your-own store"
         self._where = f"local backend {context.name!r} ({where})"
         self._store: Store | None = None
@@ -236,7 +240,7 @@ class LocalBackend(Backend):
         else:
             store = cast(Store, config.store)
         try:
-            for number, statement in enumerate(self._sql.schema):
+            for number, statement in enumerate((*self._sql.schema, *self._records_sql.schema)):
 
                 async def create(statement: str = statement) -> int:
                     return await self._guard(store.execute(statement, ()))
@@ -511,6 +515,7 @@ class LocalBackend(Backend):
         expired = [job for job in jobs if job.state != "dead"]
         pruned = await self._execute(self._sql.prune_done, (now - retain_done,))
         pruned += await self._execute(self._sql.prune_cancelled, (now - retain_done,))
+        await self._execute(self._records_sql.prune, (now,))
         return SweepResult(repended=len(expired), expired=expired, dead=dead, pruned=pruned)
 
     async def wait_for_work(self, queue: str, *, timeout: float) -> None:
@@ -638,6 +643,61 @@ class LocalBackend(Backend):
                 per_state[cast(JobState, state)] = int(count)
         return counts
 
+    # -- shared records ------------------------------------------------------------------------
+    async def record_put(
+        self,
+        kind: str,
+        key: str,
+        value: bytes,
+        *,
+        now: float,
+        expires_at: float | None = None,
+        if_absent: bool = False,
+    ) -> bool:
+        sql = self._records_sql.put_if_absent if if_absent else self._records_sql.put
+        return await self._execute(sql, (kind, key, bytes(value), now, expires_at)) > 0
+
+    async def record_get(self, kind: str, key: str, *, now: float) -> Record | None:
+        row = await self._one(self._records_sql.get, (kind, key, now))
+        return None if row is None else _record(kind, row)
+
+    async def record_get_many(
+        self, kind: str, keys: Sequence[str], *, now: float
+    ) -> list[Record | None]:
+        rows = await self._all(self._records_sql.get_many, (kind, json.dumps(list(keys)), now))
+        found = {str(row[0]): _record(kind, row) for row in rows}
+        return [found.get(key) for key in keys]
+
+    async def record_list(
+        self, kind: str, *, now: float, prefix: str = "", limit: int | None = None
+    ) -> list[Record]:
+        params = (kind, prefix, prefix_upper_bound(prefix), now, -1 if limit is None else limit)
+        return [_record(kind, row) for row in await self._all(self._records_sql.list, params)]
+
+    async def record_add(
+        self,
+        kind: str,
+        key: str,
+        deltas: Mapping[str, float],
+        *,
+        now: float,
+        expires_at: float | None = None,
+        once: str | None = None,
+    ) -> tuple[Record, bool]:
+        params = (kind, key, json.dumps(dict(deltas)), now, expires_at, once)
+        row = await self._one(self._records_sql.add, params)
+        if row is not None:
+            return _record(kind, row), True
+        # The token had been applied: nothing changed, and the record is live (an expired
+        # one would have been recreated), unless another process deleted it since.
+        current = await self.record_get(kind, key, now=now)
+        if current is None:
+            current = Record(kind=kind, key=key, value=None, counters={}, expires_at=None)
+        return current, False
+
+    async def record_delete(self, kind: str, key: str) -> bool:
+        return await self._execute(self._records_sql.delete, (kind, key)) > 0
+
     async def worker_heartbeat(self, worker: WorkerRecord) -> None:
         await self._execute(
             self._sql.worker_heartbeat,
@@ -676,6 +736,17 @@ class LocalBackend(Backend):
             )
             for row in rows
         ]
+
+
+def _record(kind: str, row: Row) -> Record:
+    value = row[1]
+    return Record(
+        kind=kind,
+        key=str(row[0]),
+        value=None if value is None else bytes(value),
+        counters=json.loads(row[2]),
+        expires_at=None if row[3] is None else float(row[3]),
+    )
 
 
 class _LocalWatch(JobWatch):

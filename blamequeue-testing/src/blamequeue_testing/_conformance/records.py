@@ -179,6 +179,11 @@ class TestRecords:
             with pytest.raises(QueueError) as caught:
                 await store.put(kind, key, 1)
             assert caught.value.code == "queue/bad-argument"
+        for deltas in [{"n": float("nan")}, {"n": True}, {"": 1}, {"n": "1"}]:
+            with pytest.raises(QueueError) as caught:
+                await store.add("k", "k", deltas)  # type: ignore[arg-type]
+            assert caught.value.code == "queue/bad-argument"
+        assert await store.get("k", "k") is None
 
 
 @pytest.mark.anyio
