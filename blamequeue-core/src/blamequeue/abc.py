@@ -69,6 +69,7 @@ __all__ = [
     "SweepResult",
     "UNIQUE_HOLDING_STATES",
     "WorkerRecord",
+    "record_prefix_bound",
 ]
 
 JobState = Literal["pending", "inflight", "done", "dead", "parked", "cancelled"]
@@ -427,6 +428,18 @@ class JobWatch:
             tg.start_soon(run_wait)
             tg.start_soon(run_clock)
         return outcome[0] if outcome else None
+
+
+def record_prefix_bound(prefix: str) -> str | None:
+    """For backends listing records by key prefix (:meth:`Backend.record_list`): the smallest
+    string greater than every string starting with ``prefix`` in code point order, or ``None``
+    when there is none to give (an empty prefix, or one ending in the last code point)."""
+    if not prefix or ord(prefix[-1]) >= 0x10FFFF:
+        return None
+    following = ord(prefix[-1]) + 1
+    if 0xD800 <= following <= 0xDFFF:  # surrogates are no characters: skip past them
+        following = 0xE000
+    return prefix[:-1] + chr(following)
 
 
 def _records_unsupported(backend: Backend) -> Exception:

@@ -41,11 +41,12 @@ from blamequeue.abc import (
     StoredJobPage,
     SweepResult,
     WorkerRecord,
+    record_prefix_bound,
 )
 from blamequeue.errors import BackendUnavailableError, BadArgumentError, QueueError
 from blamequeue_local._aiosqlite_store import AiosqliteStore, is_aiosqlite_connection
 from blamequeue_local._options import LocalOptions, parse_options
-from blamequeue_local._records_sql import RecordStatements, prefix_upper_bound
+from blamequeue_local._records_sql import RecordStatements
 from blamequeue_local._sqlite_errors import map_store_error
 from blamequeue_local._statements import (
     ADDED_COLUMNS,
@@ -671,7 +672,7 @@ class LocalBackend(Backend):
     async def record_list(
         self, kind: str, *, now: float, prefix: str = "", limit: int | None = None
     ) -> list[Record]:
-        params = (kind, prefix, prefix_upper_bound(prefix), now, -1 if limit is None else limit)
+        params = (kind, prefix, record_prefix_bound(prefix), now, -1 if limit is None else limit)
         return [_record(kind, row) for row in await self._all(self._records_sql.list, params)]
 
     async def record_add(

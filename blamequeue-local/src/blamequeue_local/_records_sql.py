@@ -11,7 +11,7 @@ by another process.
 
 from __future__ import annotations
 
-__all__ = ["RecordStatements", "prefix_upper_bound"]
+__all__ = ["RecordStatements"]
 
 RECORD_COLUMNS = "key, value, counters, expires_at"
 
@@ -138,14 +138,3 @@ class RecordStatements:
 
         # Param: now.
         self.prune = f"DELETE FROM {r} WHERE expires_at IS NOT NULL AND expires_at <= ?1"
-
-
-def prefix_upper_bound(prefix: str) -> str | None:
-    """The smallest string greater than every string starting with ``prefix`` (``None`` when
-    there is none to give: an empty prefix, or one ending in the last code point)."""
-    if not prefix or ord(prefix[-1]) >= 0x10FFFF:
-        return None
-    following = ord(prefix[-1]) + 1
-    if 0xD800 <= following <= 0xDFFF:  # surrogates are no characters: skip past them
-        following = 0xE000
-    return prefix[:-1] + chr(following)

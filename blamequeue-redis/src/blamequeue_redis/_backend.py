@@ -10,6 +10,7 @@ redis-py exceptions are mapped to :class:`~blamequeue.errors.QueueError` here, a
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import logging
@@ -35,17 +36,28 @@ from blamequeue.abc import (
     Lease,
     LeaseLimits,
     NewJob,
+    Record,
     Settlement,
     StoredJob,
     StoredJobPage,
     SweepResult,
     WorkerRecord,
+    record_prefix_bound,
 )
 from blamequeue.errors import BadArgumentError, ConfigError, QueueError
 from blamequeue_redis._errors import map_redis_error
 from blamequeue_redis._keys import KeyLayout, QueueKeys, hash_tag
 from blamequeue_redis._limits_script import LEASE_LIMITED
 from blamequeue_redis._options import RedisOptions, parse_options
+from blamequeue_redis._records_script import (
+    RECORD_ADD,
+    RECORD_DELETE,
+    RECORD_GET,
+    RECORD_LIST,
+    RECORD_PRUNE,
+    RECORD_PUT,
+    RECORD_SCRIPTS,
+)
 from blamequeue_redis._scripts import (
     CANCEL,
     COUNTS,
@@ -118,6 +130,22 @@ def _text(value: Any) -> Any:
     if isinstance(value, bytes):
         return value.decode("utf-8", "surrogatepass")
     return value
+
+
+def _when(at: float | None) -> str:
+    return "" if at is None else repr(at)
+
+
+def _record(kind: str, row: Sequence[Any]) -> Record:
+    key, value, expires, pairs = row
+    counters = {_text(pairs[i]): float(_text(pairs[i + 1])) for i in range(0, len(pairs), 2)}
+    return Record(
+        kind=kind,
+        key=_text(key),
+        value=None if value is None else base64.b64decode(_text(value)),
+        counters=counters,
+        expires_at=float(_text(expires)) if _text(expires) else None,
+    )
 
 
 def _rows(reply: Any) -> list[list[Any]]:
@@ -241,12 +269,14 @@ class RedisBackend(Backend):
         async_libraries=frozenset({"asyncio", "trio"}),
         global_rate_limit=True,
         group_limits=True,
+        records=True,
     )
 
     def __init__(self, options: Mapping[str, Any], context: BackendContext) -> None:
         super().__init__(options, context)
         self._config: RedisOptions = parse_options(options)
         self._layout = KeyLayout(self._config.key_prefix)
+        self._record_kinds: set[str] = set()  # kinds registered for the sweep already
         url = self._config.url
         where = _redacted(url) if url is not None else "bring-your-own client"
         self._where = f"redis backend {context.name!r} ({where})"
@@ -307,7 +337,7 @@ class RedisBackend(Backend):
                 client = await anyio.to_thread.run_sync(settings.sync_client)
                 transport = ThreadTransport(client, owned=True)
         try:
-            await transport.load((*SCRIPTS, LEASE_LIMITED))
+            await transport.load((*SCRIPTS, LEASE_LIMITED, *RECORD_SCRIPTS))
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await transport.aclose()
@@ -575,6 +605,7 @@ class RedisBackend(Backend):
                 if int(reply[3]):
                     again.append(name)
             pending = again + pending
+        await self._prune_records(now)
         return SweepResult(repended=len(expired), expired=expired, dead=dead, pruned=pruned)
 
     async def wait_for_work(self, queue: str, *, timeout: float) -> None:
@@ -722,6 +753,86 @@ class RedisBackend(Backend):
             if any(numbers):
                 counts[queue] = dict(zip(JOB_STATES, numbers, strict=True))
         return counts
+
+    # -- shared records (key layout: blamequeue_redis._records_script) -------------------------
+    def _record_base(self, kind: str) -> str:
+        # Starts with the prefix, so an ACL user's key pattern of the prefix covers it.
+        return f"{self._layout.prefix}:rec:{{{hash_tag(kind)}}}"
+
+    def _record_kinds_key(self) -> str:
+        return f"{self._layout.prefix}:rec-kinds"
+
+    async def _record_script(self, script: Script, kind: str, args: Sequence[Any]) -> Any:
+        transport = self._require()
+        base = self._record_base(kind)
+        if kind not in self._record_kinds:
+            # The registry lives in another slot: written apart, once per kind and process,
+            # before the first record of the kind (a sweep must find every kind it prunes).
+            await self._guard(transport.command("SADD", self._record_kinds_key(), kind))
+            self._record_kinds.add(kind)
+        return await self._guard(transport.script(script, (base + ":keys",), (base, *args)))
+
+    async def record_put(
+        self,
+        kind: str,
+        key: str,
+        value: bytes,
+        *,
+        now: float,
+        expires_at: float | None = None,
+        if_absent: bool = False,
+    ) -> bool:
+        # Values travel base64-encoded: the backend's client decodes replies as UTF-8.
+        encoded = base64.b64encode(value).decode("ascii")
+        args = (key, encoded, repr(now), _when(expires_at), "1" if if_absent else "")
+        return int(await self._record_script(RECORD_PUT, kind, args)) == 1
+
+    async def record_get(self, kind: str, key: str, *, now: float) -> Record | None:
+        return (await self.record_get_many(kind, [key], now=now))[0]
+
+    async def record_get_many(
+        self, kind: str, keys: Sequence[str], *, now: float
+    ) -> list[Record | None]:
+        reply = await self._record_script(RECORD_GET, kind, (repr(now), *keys))
+        return [None if row is None else _record(kind, row) for row in reply]
+
+    async def record_list(
+        self, kind: str, *, now: float, prefix: str = "", limit: int | None = None
+    ) -> list[Record]:
+        low = f"[{prefix}" if prefix else "-"
+        bound = record_prefix_bound(prefix)
+        high = "+" if bound is None else f"({bound}"
+        args = (repr(now), low, high, -1 if limit is None else limit)
+        reply = await self._record_script(RECORD_LIST, kind, args)
+        return [_record(kind, row) for row in reply if _text(row[0]).startswith(prefix)]
+
+    async def record_add(
+        self,
+        kind: str,
+        key: str,
+        deltas: Mapping[str, float],
+        *,
+        now: float,
+        expires_at: float | None = None,
+        once: str | None = None,
+    ) -> tuple[Record, bool]:
+        pairs = [item for name, delta in deltas.items() for item in (name, repr(delta))]
+        args = (key, repr(now), _when(expires_at), once or "", *pairs)
+        applied, row = await self._record_script(RECORD_ADD, kind, args)
+        return _record(kind, row), int(applied) == 1
+
+    async def record_delete(self, kind: str, key: str) -> bool:
+        return int(await self._record_script(RECORD_DELETE, kind, (key,))) == 1
+
+    async def _prune_records(self, now: float) -> None:
+        transport = self._require()
+        kinds = await self._guard(transport.command("SMEMBERS", self._record_kinds_key()))
+        calls = []
+        for kind in sorted(_text(k) for k in kinds):
+            base = self._record_base(kind)
+            calls.append((RECORD_PRUNE, (base + ":keys",), (base, repr(now))))
+        if calls:
+            await self._guard(transport.scripts(calls))
 
     def _worker_keys(self) -> tuple[str, str]:
         # One fixed hash tag: both keys share a slot on a cluster.
