@@ -11,6 +11,8 @@ from ._audit_file import JsonlAuditSink
 from ._backoff import Backoff, ExponentialBackoff, FixedBackoff, LinearBackoff, ScheduleBackoff
 from ._consumer import Consumer, ConsumerStats
 from ._context import JobContext
+from ._health import HealthAlert, HealthReport, HealthThresholds, QueueHealth, health_app
+from ._metrics import MinuteMetrics, QueueMetrics, RecentError
 from ._models import (
     BackendStatus,
     DeadLetter,
@@ -50,6 +52,9 @@ __all__ = [
     "FlowResult",
     "FlowStatus",
     "FunctionTask",
+    "HealthAlert",
+    "HealthReport",
+    "HealthThresholds",
     "Job",
     "JobContext",
     "JobEvent",
@@ -58,18 +63,23 @@ __all__ = [
     "JsonlAuditSink",
     "LinearBackoff",
     "LoggingAuditSink",
+    "MinuteMetrics",
     "PendingDispatch",
     "Queue",
     "QueueError",
+    "QueueHealth",
     "QueueInfo",
+    "QueueMetrics",
     "RateLimit",
+    "RecentError",
     "ScheduleBackoff",
+    "Subscription",
     "Task",
     "TaskRegistry",
-    "Subscription",
     "TickResult",
     "WorkerInfo",
     "__version__",
+    "health_app",
     "hookimpl",
     "task",
 ]

@@ -102,6 +102,8 @@ class Attempt:
     state: LeaseState
     settlement: Settlement | None = None
     error: str | None = None
+    started_at: float | None = None
+    """When the handler was started (the queue's clock), for the duration metrics."""
 
     @classmethod
     def start(cls, lease: Lease) -> Attempt:
@@ -172,6 +174,7 @@ async def run_attempt(runtime: BackendRuntime, attempt: Attempt, handler: Handle
     and fails like a raising handler.  Cancellation from outside is not caught here: the
     caller decides (shutdown releases the job).
     """
+    attempt.started_at = runtime.clock.now()
     seconds = timeout_of(_meta(attempt.job))
     if seconds is None:
         return await _run_handler(runtime, attempt, handler)
@@ -298,6 +301,7 @@ async def settle(
         if not ok:
             counts.stale += 1
             continue
+        observe(runtime, a, outcome)
         if outcome == "done":
             counts.succeeded += 1
             if a.job.flow_id is not None:
@@ -308,6 +312,21 @@ async def settle(
         if outcome == "dead":
             counts.moved_to_dlq += 1
             await emit_dead(runtime, a.job, a.error)
+
+
+def observe(runtime: BackendRuntime, attempt: Attempt, outcome: str) -> None:
+    """Tally an applied settlement for the backend-kept metrics (flushed off the hot path)."""
+    settlement = attempt.settlement
+    at = runtime.clock.now() if settlement is None else settlement.at
+    runtime.metrics.observe(
+        queue=attempt.job.queue,
+        job_id=attempt.job.id,
+        outcome=outcome,
+        at=at,
+        duration=None if attempt.started_at is None else at - attempt.started_at,
+        attempts=attempt.job.attempts,
+        error=attempt.error,
+    )
 
 
 async def emit_dead(runtime: BackendRuntime, stored: StoredJob, error: str | None) -> None:

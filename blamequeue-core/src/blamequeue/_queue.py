@@ -22,6 +22,7 @@ from ._consumer import Consumer
 from ._environment import config_from_env
 from ._execution import LEASE_EXPIRED, Handler, emit_dead, to_dead_letter, to_job
 from ._flows import flow_name, plan_flow
+from ._health import HealthReport, HealthThresholds, check_report
 from ._ids import new_job_id
 from ._inspection import (
     check_cursor,
@@ -33,6 +34,7 @@ from ._inspection import (
     to_worker_info,
 )
 from ._limits import check_group_key, parse_lease_limits
+from ._metrics import FLUSH_INTERVAL, QueueMetrics, check_window, flush_metrics, read_metrics
 from ._models import (
     BackendStatus,
     BreakerState,
@@ -226,6 +228,8 @@ class Queue:
         self._started = True
         if self._sweep_interval > 0:
             self._tg.start_soon(self._sweep_loop)
+        if any(r.backend.capabilities.records for r in self._runtimes.values()):
+            self._tg.start_soon(self._metrics_loop)
 
     @staticmethod
     async def _close_backend(runtime: BackendRuntime) -> None:
@@ -262,6 +266,9 @@ class Queue:
                         await consumer.wait_stopped()
             assert self._tg is not None
             assert self._stack is not None
+            with anyio.move_on_after(_CLOSE_TIMEOUT, shield=True):
+                for runtime in self._runtimes.values():
+                    await self._flush_metrics(runtime)
             self._tg.cancel_scope.cancel()
             self._started = False
             # Not inside a new scope: the task group must exit in the scope it was entered in.
@@ -739,7 +746,7 @@ class Queue:
         lease = check_positive_seconds(lease, "lease")
         concurrency = check_positive_int(concurrency, "concurrency")
         await self._sweep_runtime(runtime)
-        return await run_tick(
+        result = await run_tick(
             runtime,
             queue_name,
             handler,
@@ -748,6 +755,9 @@ class Queue:
             concurrency=concurrency,
             limits=limits,
         )
+        # A tick may be all a short-lived process does: its figures must not wait for a timer.
+        await self._flush_metrics(runtime)
+        return result
 
     # -- sweeping --------------------------------------------------------------------------
     async def _sweep_runtime(self, runtime: BackendRuntime) -> int:
@@ -811,6 +821,20 @@ class Queue:
                     await self._sweep_runtime(runtime)
                 except QueueError as exc:
                     log.warning("sweep of backend %r failed: %s", runtime.name, exc)
+
+    async def _metrics_loop(self) -> None:
+        while True:
+            await self._clock.sleep(FLUSH_INTERVAL)
+            for runtime in self._runtimes.values():
+                await self._flush_metrics(runtime)
+
+    @staticmethod
+    async def _flush_metrics(runtime: BackendRuntime) -> None:
+        try:
+            await flush_metrics(runtime)
+        except QueueError as exc:
+            # Figures are advisory: a backend refusing them must not disturb the jobs.
+            log.warning("metrics of backend %r not written: %s", runtime.name, exc)
 
     # -- inspecting and operating ----------------------------------------------------------
     async def size(self, queue_name: str, *, backend: str | None = None) -> int:
@@ -956,6 +980,50 @@ class Queue:
         runtime = self._runtime(backend)
         counts = await runtime.call("queue_counts", runtime.backend.queue_counts)
         return [to_queue_info(runtime.name, name, counts[name]) for name in sorted(counts)]
+
+    async def metrics(
+        self, queue_name: str, *, window: float = 3600.0, backend: str | None = None
+    ) -> QueueMetrics:
+        """The figures of ``queue_name`` over the last ``window`` seconds (60 s to 24 h), as
+        every process sharing the backend recorded them: per minute, succeeded / failed /
+        dead attempts and their mean duration; totals, throughput per minute, error rate and
+        the latest errors (:class:`QueueMetrics`).  Workers flush their figures once a
+        second; this process's are flushed first.  ``queue/records-unsupported`` on a
+        backend without shared records (``sqs``).
+        """
+        runtime = self._runtime(backend)
+        check_queue_name(queue_name)
+        seconds = check_window(window)
+        RecordStore(runtime)  # refuses a backend without records before anything else
+        return await read_metrics(runtime, queue_name, seconds)
+
+    async def health(
+        self, thresholds: HealthThresholds | None = None, *, backend: str | None = None
+    ) -> HealthReport:
+        """Check every backend (or only ``backend``): breakers, each queue's due, delayed,
+        inflight and dead jobs, the oldest due job's wait, the error rate (from the
+        backend-kept metrics) and live workers, against ``thresholds`` (defaults:
+        :class:`HealthThresholds`).  ``report.status`` is ``"healthy"``, ``"degraded"`` (a
+        warning) or ``"unhealthy"`` (a critical alert, e.g. a backend that cannot be
+        reached); ``report.http_status`` maps it to 200 / 207 / 503 (:func:`health_app`
+        serves it over HTTP).  Backends without inspection (``sqs``) report their breaker
+        only.
+        """
+        if thresholds is not None and not isinstance(thresholds, HealthThresholds):
+            raise BadArgumentError(
+                "queue/bad-argument",
+                f"thresholds must be a HealthThresholds (or None for the defaults), got "
+                f"{thresholds!r}",
+            )
+        runtimes = (
+            [self._runtime(backend)]
+            if backend is not None
+            else [
+                self._runtime(None),
+                *(r for n, r in self._runtimes.items() if n != self._default),
+            ]
+        )
+        return await check_report(runtimes, thresholds or HealthThresholds(), self._clock.now())
 
     async def workers(self, *, backend: str | None = None) -> list[WorkerInfo]:
         """The live consumers of the backend, from any process: each registers itself when it

@@ -13,6 +13,7 @@ import attrs
 from ._audit import Auditor
 from ._backoff import Backoff, parse_backoff
 from ._codec import Codec
+from ._metrics_buffer import MetricsBuffer
 from ._plugins import PluginRegistry
 from ._resilience import CircuitBreaker, Guard, parse_breaker_options, parse_retry
 from ._sealing import SealPlan, plan_seal
@@ -46,6 +47,8 @@ class BackendRuntime:
     clock: Clock
     seal: SealPlan | None = None
     _wake: dict[str, anyio.Event] = attrs.field(factory=dict, init=False)
+    metrics: MetricsBuffer = attrs.field(factory=MetricsBuffer, init=False)
+    """This process's tallies of settled attempts, until the next flush (_metrics.py)."""
     _sync_limiter: anyio.CapacityLimiter | None = attrs.field(default=None, init=False)
 
     def sync_handler_limiter(self) -> anyio.CapacityLimiter:

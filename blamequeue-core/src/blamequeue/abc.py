@@ -62,6 +62,7 @@ __all__ = [
     "Lease",
     "LeaseLimits",
     "NewJob",
+    "QueueStats",
     "Record",
     "Settlement",
     "StoredJob",
@@ -333,6 +334,17 @@ class WorkerRecord:
     """Handlers running at the last heartbeat."""
     succeeded: int = 0
     failed: int = 0
+
+
+@attrs.frozen(kw_only=True)
+class QueueStats:
+    """What health checks need beyond the counts (:meth:`Backend.queue_stats`)."""
+
+    delayed: int
+    """Pending jobs not due yet (``available_at > now``)."""
+    oldest_due_at: float | None
+    """The earliest ``available_at`` among the pending jobs that are due (how long the
+    longest-waiting job has waited), ``None`` when none is due."""
 
 
 @attrs.frozen(kw_only=True)
@@ -795,6 +807,11 @@ class Backend(abc.ABC):
         :data:`JOB_STATES` as a key.
         """
         raise _inspection_unsupported(self, "count jobs per queue and state")
+
+    async def queue_stats(self, queue: str, *, now: float) -> QueueStats:
+        """How many of ``queue``'s pending jobs are delayed, and since when the
+        longest-waiting due job has been due (health checks; part of ``inspection``)."""
+        raise _inspection_unsupported(self, "report delayed jobs and queue latency")
 
     async def worker_heartbeat(self, worker: WorkerRecord) -> None:
         """Store ``worker`` under ``worker.id``, replacing the record stored before (the first

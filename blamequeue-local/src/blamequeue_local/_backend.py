@@ -35,6 +35,7 @@ from blamequeue.abc import (
     Lease,
     LeaseLimits,
     NewJob,
+    QueueStats,
     Record,
     Settlement,
     StoredJob,
@@ -643,6 +644,13 @@ class LocalBackend(Backend):
                 per_state = counts.setdefault(str(queue), dict.fromkeys(JOB_STATES, 0))
                 per_state[cast(JobState, state)] = int(count)
         return counts
+
+    async def queue_stats(self, queue: str, *, now: float) -> QueueStats:
+        row = await self._one(self._sql.queue_stats, (queue, now))
+        delayed, oldest = (0, None) if row is None else row
+        return QueueStats(
+            delayed=int(delayed or 0), oldest_due_at=None if oldest is None else float(oldest)
+        )
 
     # -- shared records ------------------------------------------------------------------------
     async def record_put(

@@ -449,6 +449,12 @@ class Statements:
         # Params: job_id, after seq.
         self.event_read = f"SELECT seq, event FROM {e} WHERE job_id = ?1 AND seq > ?2 ORDER BY seq"
 
+        # Params: queue, now.  Health checks: one pass over the queue's pending jobs.
+        self.queue_stats = f"""
+            SELECT count(*) FILTER (WHERE available_at > ?2),
+                   min(available_at) FILTER (WHERE available_at <= ?2)
+            FROM {t} WHERE queue = ?1 AND state = 'pending'"""
+
         # Param: alive_since.  Records of workers that died without deregistering.
         self.workers_prune = f"DELETE FROM {w} WHERE heartbeat_at < ?1"
 

@@ -36,6 +36,7 @@ from blamequeue.abc import (
     Lease,
     LeaseLimits,
     NewJob,
+    QueueStats,
     Record,
     Settlement,
     StoredJob,
@@ -81,6 +82,7 @@ from blamequeue_redis._scripts import (
     WORKER_LIST,
     Script,
 )
+from blamequeue_redis._stats_script import QUEUE_STATS
 from blamequeue_redis._transport import (
     AsyncioTransport,
     ClientSettings,
@@ -337,7 +339,7 @@ class RedisBackend(Backend):
                 client = await anyio.to_thread.run_sync(settings.sync_client)
                 transport = ThreadTransport(client, owned=True)
         try:
-            await transport.load((*SCRIPTS, LEASE_LIMITED, *RECORD_SCRIPTS))
+            await transport.load((*SCRIPTS, LEASE_LIMITED, QUEUE_STATS, *RECORD_SCRIPTS))
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await transport.aclose()
@@ -753,6 +755,11 @@ class RedisBackend(Backend):
             if any(numbers):
                 counts[queue] = dict(zip(JOB_STATES, numbers, strict=True))
         return counts
+
+    async def queue_stats(self, queue: str, *, now: float) -> QueueStats:
+        delayed, oldest = await self._script(QUEUE_STATS, queue, (repr(now),))
+        oldest = _text(oldest)
+        return QueueStats(delayed=int(delayed), oldest_due_at=float(oldest) if oldest else None)
 
     # -- shared records (key layout: blamequeue_redis._records_script) -------------------------
     def _record_base(self, kind: str) -> str:

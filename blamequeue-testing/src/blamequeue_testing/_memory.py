@@ -48,6 +48,7 @@ from blamequeue.abc import (
     Lease,
     LeaseLimits,
     NewJob,
+    QueueStats,
     Record,
     Settlement,
     StoredJob,
@@ -944,6 +945,14 @@ class MemoryBackend(Backend):
         with self._store.lock:
             record = self._store.records.get(kind, {}).pop(key, None)
             return record is not None
+
+    async def queue_stats(self, queue: str, *, now: float) -> QueueStats:
+        await anyio.lowlevel.checkpoint()
+        with self._store.lock:
+            index = self._store.queues.get(queue)
+            rows = [] if index is None else [r for r in index.rows.values() if r.state == "pending"]
+            due = [r.available_at for r in rows if r.available_at <= now]
+            return QueueStats(delayed=len(rows) - len(due), oldest_due_at=min(due, default=None))
 
     async def worker_heartbeat(self, worker: WorkerRecord) -> None:
         await anyio.lowlevel.checkpoint()

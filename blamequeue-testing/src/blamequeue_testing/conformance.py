@@ -71,6 +71,7 @@ from ._conformance.limits import (
     TestLimitArguments,
     TestWithoutLimits,
 )
+from ._conformance.observability import TestHealth, TestMetrics, TestQueueStats
 from ._conformance.ordering import TestDelay, TestOrdering
 from ._conformance.records import TestRecords, TestWithoutRecords
 from ._conformance.results import (
@@ -110,16 +111,19 @@ __all__ = [
     "TestGlobalRateLimit",
     "TestGroupConcurrency",
     "TestHandlers",
+    "TestHealth",
     "TestHeartbeat",
     "TestLeaseFence",
     "TestLifecycle",
     "TestLifecycleErrors",
     "TestLimitArguments",
     "TestListJobs",
+    "TestMetrics",
     "TestOrdering",
     "TestProgressEvents",
     "TestPurge",
     "TestQueueCounts",
+    "TestQueueStats",
     "TestRateLimit",
     "TestRecords",
     "TestResults",
