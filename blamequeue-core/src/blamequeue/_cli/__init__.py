@@ -15,7 +15,19 @@ from collections.abc import Sequence
 from blamequeue import __version__
 from blamequeue.errors import QueueError
 
-from . import _audit, _bench, _cancel, _demo, _dlq, _inspect, _keygen, _ops, _result, _worker
+from . import (
+    _audit,
+    _bench,
+    _cancel,
+    _demo,
+    _dlq,
+    _health,
+    _inspect,
+    _keygen,
+    _ops,
+    _result,
+    _worker,
+)
 from ._running import (
     EXIT_INTERRUPTED,
     EXIT_USAGE,
@@ -90,6 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
     _ops.add_parser(subparsers)
     _cancel.add_parser(subparsers)
     _inspect.add_parser(subparsers)
+    _health.add_parser(subparsers)
     _result.add_parser(subparsers)
     _dlq.add_parser(subparsers)
     _bench.add_parser(subparsers)
