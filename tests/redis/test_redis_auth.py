@@ -12,6 +12,7 @@ from redis_helpers import config, start_server
 
 from blamequeue import Job, JobContext, Queue, QueueError
 from blamequeue_redis._server import RedisServer
+from blamequeue_testing._conformance.fixtures import wait_until
 
 pytestmark = pytest.mark.anyio
 
@@ -183,3 +184,31 @@ async def test_results_without_the_events_channels_fall_back_to_polling(
             await anyio.sleep(0.05)
             assert (await queue.tick("q", lambda job, ctx: job.payload + 1)).succeeded == 1
         assert values == [21]
+
+
+async def test_an_acl_user_keeps_the_worker_registry_records_and_metrics(
+    locked_server: RedisServer, anyio_backend: str
+) -> None:
+    # Every key the backend writes starts with the key prefix, so an ACL user granted only the
+    # prefix's key pattern keeps the worker registry, shared records and metrics too.
+    options = config(locked_server.url, username="worker", password="worker-pw")
+    name = f"acl-{anyio_backend}"  # the server outlives one test
+    ran = anyio.Event()
+
+    async def handler(job: Job, ctx: JobContext) -> None:
+        ran.set()
+
+    async with Queue(backends={"r": options}) as queue:
+        consumer = await queue.consume(name, handler, poll_interval=0.01)
+        await queue.enqueue(name, "job")
+        with anyio.fail_after(10):
+            await ran.wait()
+        await wait_until(lambda: consumer.stats.succeeded == 1, "the job to settle")
+        [worker] = await queue.workers()  # registered when the consumer started
+        assert worker.queue == name
+        assert (await queue.metrics(name)).succeeded == 1
+        assert await queue.records().put("acl-test", "k", 1)
+        report = await queue.health()
+        assert report.status == "healthy"
+        consumer.cancel()
+        await consumer.wait_stopped()

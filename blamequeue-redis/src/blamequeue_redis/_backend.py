@@ -842,9 +842,13 @@ class RedisBackend(Backend):
             await self._guard(transport.scripts(calls))
 
     def _worker_keys(self) -> tuple[str, str]:
-        # One fixed hash tag: both keys share a slot on a cluster.
-        tag = f"{{{hash_tag(self._layout.prefix)}:workers}}"
-        return f"{tag}:records", f"{tag}:beats"
+        # One fixed hash tag, so both keys share a slot on a cluster; after the prefix, so an
+        # ACL user's key pattern of the prefix covers them (a queue named "workers" shares
+        # the slot, never a key: queues have no "records" or "beats" key).
+        return (
+            f"{self._layout.prefix}:{{workers}}:records",
+            f"{self._layout.prefix}:{{workers}}:beats",
+        )
 
     async def worker_heartbeat(self, worker: WorkerRecord) -> None:
         transport = self._require()

@@ -31,8 +31,8 @@ key                  type    holds
 
 And one key for the whole prefix: ``{prefix}:queues``, a set of every queue name ever
 enqueued to, so a sweep (and an operation given only a job id) can visit every queue; and the
-worker registry, ``{<prefix>:workers}:records`` (hash: worker id -> record JSON) and
-``{<prefix>:workers}:beats`` (zset: worker id scored by its last heartbeat), one fixed hash tag.
+worker registry, ``{prefix}:{workers}:records`` (hash: worker id -> record JSON) and
+``{prefix}:{workers}:beats`` (zset: worker id scored by its last heartbeat), one fixed hash tag.
 
 Pub/sub (no key): ``B settled`` carries the space-separated ids of the jobs one settle call
 ended (``done`` or ``dead``), published by the settle script atomically with the settlement;
