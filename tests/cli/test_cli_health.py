@@ -41,3 +41,17 @@ def test_metrics_shows_what_the_workers_did(run_cli: RunCli, tmp_path: Path) -> 
     assert text.returncode == 0, text.stderr
     assert "3 succeeded, 2 failed (2 dead)" in text.stdout
     assert "cannot send" in text.stdout
+
+
+def test_pause_and_resume(run_cli: RunCli, tmp_path: Path) -> None:
+    db = tmp_path / "jobs.db"
+    seed(db, pending=1)
+    paused = run_cli("pause", QUEUE, "--path", str(db))
+    assert paused.returncode == 0, paused.stderr
+    assert paused.stdout.strip() == f"queue {QUEUE!r} is paused"
+    again = json_of(run_cli("pause", QUEUE, "--path", str(db), "--json"))
+    assert again == {"queue": QUEUE, "paused": True, "changed": False}
+    counts = json_of(run_cli("queues", "--path", str(db), "--json"))["queues"]
+    assert counts[0]["pending"] == 1
+    resumed = json_of(run_cli("resume", QUEUE, "--path", str(db), "--json"))
+    assert resumed == {"queue": QUEUE, "paused": False, "changed": True}

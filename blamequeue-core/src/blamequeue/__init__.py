@@ -11,6 +11,7 @@ from ._audit_file import JsonlAuditSink
 from ._backoff import Backoff, ExponentialBackoff, FixedBackoff, LinearBackoff, ScheduleBackoff
 from ._consumer import Consumer, ConsumerStats
 from ._context import JobContext
+from ._events import EVENT_NAMES, EventSubscription, QueueEvent, listens_to
 from ._health import HealthAlert, HealthReport, HealthThresholds, QueueHealth, health_app
 from ._metrics import MinuteMetrics, QueueMetrics, RecentError
 from ._models import (
@@ -38,12 +39,14 @@ from .hookspecs import hookimpl
 __version__ = "0.1.0"
 
 __all__ = [
+    "EVENT_NAMES",
     "AuditEvent",
     "BackendStatus",
     "Backoff",
     "Consumer",
     "ConsumerStats",
     "DeadLetter",
+    "EventSubscription",
     "ExponentialBackoff",
     "FixedBackoff",
     "FlowChild",
@@ -67,6 +70,7 @@ __all__ = [
     "PendingDispatch",
     "Queue",
     "QueueError",
+    "QueueEvent",
     "QueueHealth",
     "QueueInfo",
     "QueueMetrics",
@@ -81,5 +85,6 @@ __all__ = [
     "__version__",
     "health_app",
     "hookimpl",
+    "listens_to",
     "task",
 ]

@@ -21,6 +21,7 @@ from ._cancellation import stop_cancelled
 from ._execution import Attempt, Handler, SettleCounts, release, run_attempt, settle
 from ._limits import lease_call
 from ._models import RateLimit
+from ._pause import PAUSE_CHECK, is_paused
 from ._presence import Presence
 from ._runtime import BackendRuntime
 from .abc import LeaseLimits
@@ -145,6 +146,7 @@ class Consumer:
         try:
             # Registered before consume() returns, so Queue.workers() lists it at once.
             await self._presence.beat()
+            self._worker_event("worker.started")
             # A fixed pool of `concurrency` workers takes leased jobs from a deque: spawning a
             # task per job, or a stream receive per job, costs more than a no-op handler does.
             async with anyio.create_task_group() as tg:
@@ -173,6 +175,20 @@ class Consumer:
                 await self._presence.leave()
             finally:
                 self._stopped.set()
+                self._worker_event("worker.stopped")
+
+    def _worker_event(self, name: str) -> None:
+        runtime = self._runtime
+        runtime.events.emit(
+            name,
+            queue=self.queue_name,
+            backend=runtime.name,
+            at=runtime.clock.now(),
+            data={"worker_id": self.id, "concurrency": self.concurrency, **self.stats_dict()},
+        )
+
+    def stats_dict(self) -> dict[str, int]:
+        return attrs.asdict(self.stats)
 
     async def _worker(self) -> None:
         ready = self._ready
@@ -194,8 +210,12 @@ class Consumer:
             if free <= 0:
                 await self._capacity_changed.wait()
                 continue
-            limit = await self._allowance(free)
             wake = runtime.wake_event(self.queue_name)
+            if await is_paused(runtime, self.queue_name):
+                # Look again when the flag may have changed (resume() here wakes us at once).
+                await self._idle(wake, clock.now(), PAUSE_CHECK)
+                continue
+            limit = await self._allowance(free)
             asked_at = clock.now()
             try:
                 leases = await runtime.call(
@@ -210,6 +230,13 @@ class Consumer:
                     ),
                 )
             except QueueError as exc:
+                runtime.events.emit(
+                    "queue.error",
+                    queue=self.queue_name,
+                    backend=runtime.name,
+                    at=clock.now(),
+                    data={"operation": "lease", "code": exc.code, "error": str(exc)},
+                )
                 delay = self._lease_retry_delay()
                 log.warning(
                     "consumer of %r on backend %r could not lease (%s); retrying in %.2f s",

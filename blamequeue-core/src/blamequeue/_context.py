@@ -113,6 +113,16 @@ class JobContext:
             )
         self._lease.progress = float(percent)
         await publish_progress(self._runtime, self.job, percent, data)
+        events = self._runtime.events
+        if events.wants("job.progress"):
+            events.emit(
+                "job.progress",
+                queue=self.job.queue,
+                backend=self._runtime.name,
+                at=self._runtime.clock.now(),
+                job_id=self.job.id,
+                data={"percent": float(percent), "data": data},
+            )
         now = self._runtime.clock.now()
         if percent >= 100:
             if self._lease.completion_audited:

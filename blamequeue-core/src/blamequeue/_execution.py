@@ -175,6 +175,16 @@ async def run_attempt(runtime: BackendRuntime, attempt: Attempt, handler: Handle
     caller decides (shutdown releases the job).
     """
     attempt.started_at = runtime.clock.now()
+    if runtime.events.wants("job.processing"):
+        job = attempt.job
+        runtime.events.emit(
+            "job.processing",
+            queue=job.queue,
+            backend=runtime.name,
+            at=attempt.started_at,
+            job_id=job.id,
+            data={"attempts": job.attempts},
+        )
     seconds = timeout_of(_meta(attempt.job))
     if seconds is None:
         return await _run_handler(runtime, attempt, handler)
@@ -302,6 +312,8 @@ async def settle(
             counts.stale += 1
             continue
         observe(runtime, a, outcome)
+        if runtime.events.wants(_EVENT_OF[outcome]):
+            emit_settled(runtime, a, outcome)
         if outcome == "done":
             counts.succeeded += 1
             if a.job.flow_id is not None:
@@ -314,10 +326,37 @@ async def settle(
             await emit_dead(runtime, a.job, a.error)
 
 
+def _finished_at(runtime: BackendRuntime, attempt: Attempt, outcome: str) -> float:
+    # A retry's settlement time is when the job is due again, not when this attempt ended.
+    settlement = attempt.settlement
+    if settlement is None or outcome == "retry":
+        return runtime.clock.now()
+    return settlement.at
+
+
+_EVENT_OF = {"done": "job.completed", "retry": "job.retrying", "dead": "job.failed"}
+
+
+def emit_settled(runtime: BackendRuntime, attempt: Attempt, outcome: str) -> None:
+    job, settlement = attempt.job, attempt.settlement
+    data: dict[str, Any] = {"attempts": job.attempts}
+    if outcome != "done":
+        data["error"] = attempt.error
+    if outcome == "retry" and settlement is not None:
+        data["retry_at"] = settlement.at
+    runtime.events.emit(
+        _EVENT_OF[outcome],
+        queue=job.queue,
+        backend=runtime.name,
+        at=_finished_at(runtime, attempt, outcome),
+        job_id=job.id,
+        data=data,
+    )
+
+
 def observe(runtime: BackendRuntime, attempt: Attempt, outcome: str) -> None:
     """Tally an applied settlement for the backend-kept metrics (flushed off the hot path)."""
-    settlement = attempt.settlement
-    at = runtime.clock.now() if settlement is None else settlement.at
+    at = _finished_at(runtime, attempt, outcome)
     runtime.metrics.observe(
         queue=attempt.job.queue,
         job_id=attempt.job.id,

@@ -20,6 +20,7 @@ from ._cancellation import cancel_job
 from ._clock import SystemClock
 from ._consumer import Consumer
 from ._environment import config_from_env
+from ._events import EventBus, EventSubscription, QueueEvent
 from ._execution import LEASE_EXPIRED, Handler, emit_dead, to_dead_letter, to_job
 from ._flows import flow_name, plan_flow
 from ._health import HealthReport, HealthThresholds, check_report
@@ -52,6 +53,7 @@ from ._models import (
     TickResult,
     WorkerInfo,
 )
+from ._pause import is_paused, set_paused
 from ._plugins import load_registry
 from ._presence import LIVE_FOR
 from ._progress import Subscription
@@ -187,6 +189,9 @@ class Queue:
         self._tg: TaskGroup | None = None
         self._consumers: list[Consumer] = []
         self._tasks = TaskRegistry(self)
+        self._events = EventBus()
+        for runtime in self._runtimes.values():
+            runtime.events = self._events
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **kwargs: Any) -> Queue:
@@ -226,6 +231,7 @@ class Queue:
             raise
         self._stack = stack
         self._started = True
+        self._events.attach(self._tg)
         if self._sweep_interval > 0:
             self._tg.start_soon(self._sweep_loop)
         if any(r.backend.capabilities.records for r in self._runtimes.values()):
@@ -270,6 +276,7 @@ class Queue:
                 for runtime in self._runtimes.values():
                     await self._flush_metrics(runtime)
             self._tg.cancel_scope.cancel()
+            self._events.attach(None)
             self._started = False
             # Not inside a new scope: the task group must exit in the scope it was entered in.
             # Each backend close shields itself (_close_backend).
@@ -452,6 +459,7 @@ class Queue:
             await runtime.call("enqueue", lambda: runtime.backend.enqueue(jobs))
             job_id = jobs[0].id
         runtime.notify(queue_name)
+        self._added(runtime, queue_name, [job_id])
         return job_id
 
     async def enqueue_many(
@@ -501,7 +509,9 @@ class Queue:
             return []
         await runtime.call("enqueue", lambda: runtime.backend.enqueue(jobs))
         runtime.notify(queue_name)
-        return [job.id for job in jobs]
+        ids = [job.id for job in jobs]
+        self._added(runtime, queue_name, ids)
+        return ids
 
     async def _enqueue_task(
         self,
@@ -533,7 +543,90 @@ class Queue:
         )
         await runtime.call("enqueue", lambda: runtime.backend.enqueue(jobs))
         runtime.notify(queue_name)
+        self._added(runtime, queue_name, [jobs[0].id])
         return jobs[0].id
+
+    # -- pause / resume (see _pause.py) --------------------------------------------------------
+    async def pause(self, queue_name: str, *, backend: str | None = None) -> bool:
+        """Stop every worker of ``queue_name``, in every process sharing the backend, from
+        leasing (running jobs finish; enqueues are still taken) until :meth:`resume`.  The
+        flag is kept in the backend; workers in other processes see it within a second.
+        Returns ``False`` when the queue was paused already.  ``queue/records-unsupported``
+        on a backend without shared records (``sqs``)."""
+        runtime = self._runtime(backend)
+        check_queue_name(queue_name)
+        changed = await set_paused(runtime, queue_name, True)
+        if changed:
+            await self._pause_changed(runtime, queue_name, "queue.paused")
+        return changed
+
+    async def resume(self, queue_name: str, *, backend: str | None = None) -> bool:
+        """Let the workers of ``queue_name`` lease again; ``False`` when it was not paused."""
+        runtime = self._runtime(backend)
+        check_queue_name(queue_name)
+        changed = await set_paused(runtime, queue_name, False)
+        if changed:
+            await self._pause_changed(runtime, queue_name, "queue.resumed")
+        return changed
+
+    async def is_paused(self, queue_name: str, *, backend: str | None = None) -> bool:
+        """Whether ``queue_name`` is paused (read from the backend now)."""
+        runtime = self._runtime(backend)
+        check_queue_name(queue_name)
+        RecordStore(runtime)  # refuses a backend without records
+        return await is_paused(runtime, queue_name, fresh=True)
+
+    async def _pause_changed(self, runtime: BackendRuntime, queue_name: str, name: str) -> None:
+        self._events.emit(name, queue=queue_name, backend=runtime.name, at=self._clock.now())
+        await self._auditor.emit(
+            "system.queue." + name.split(".", 1)[1], backend=runtime.name, queue=queue_name
+        )
+
+    # -- events (in this process; see _events.py) ---------------------------------------------
+    def on(self, event: str, listener: Callable[[QueueEvent], Any] | None = None) -> Any:
+        """Call ``listener(event)`` on every ``event`` raised in this process (a name of
+        :data:`~blamequeue.EVENT_NAMES`, or ``"*"``).  Returns an :class:`EventSubscription`
+        (``.unsubscribe()``); without ``listener``, works as a decorator.  Bound methods are
+        held weakly; ``async`` listeners run in the queue's task group."""
+        if listener is None:
+            return lambda function: (self._events.subscribe(event, function), function)[1]
+        return self._events.subscribe(event, listener)
+
+    def once(self, event: str, listener: Callable[[QueueEvent], Any]) -> EventSubscription:
+        """Like :meth:`on`, for the next ``event`` only."""
+        return self._events.subscribe(event, listener, once=True)
+
+    def off(self, event: str, listener: Callable[[QueueEvent], Any]) -> int:
+        """Remove ``listener``'s subscriptions to ``event``; returns how many there were."""
+        return self._events.unsubscribe(event, listener)
+
+    def on_any(self, listener: Callable[[QueueEvent], Any]) -> EventSubscription:
+        """Call ``listener`` on every event (``on("*", listener)``)."""
+        return self._events.subscribe("*", listener)
+
+    def listen(self, target: object) -> EventSubscription:
+        """Subscribe every method of ``target`` marked ``@blamequeue.listens_to(...)``, held
+        weakly: when ``target`` is garbage-collected its subscriptions end."""
+        return self._events.subscribe_object(target)
+
+    def _added(self, runtime: BackendRuntime, queue_name: str, ids: Sequence[str]) -> None:
+        events = self._events
+        if events.wants("job.added"):
+            now = self._clock.now()
+            for job_id in ids:
+                events.emit(
+                    "job.added", queue=queue_name, backend=runtime.name, at=now, job_id=job_id
+                )
+
+    def _stalled(self, runtime: BackendRuntime, stored: StoredJob, *, dead: bool) -> None:
+        self._events.emit(
+            "job.stalled",
+            queue=stored.queue,
+            backend=runtime.name,
+            at=self._clock.now(),
+            job_id=stored.id,
+            data={"attempts": stored.attempts, "dead": dead},
+        )
 
     # -- tasks -----------------------------------------------------------------------------
     @property
@@ -636,6 +729,7 @@ class Queue:
         plan = plan_flow(children, build)
         await runtime.call("enqueue", lambda: runtime.backend.enqueue(plan.jobs))
         runtime.notify(queue_name)
+        self._added(runtime, queue_name, [job.id for job in plan.jobs])
         await self._auditor.emit(
             "system.queue.flow.register",
             backend=runtime.name,
@@ -746,6 +840,8 @@ class Queue:
         lease = check_positive_seconds(lease, "lease")
         concurrency = check_positive_int(concurrency, "concurrency")
         await self._sweep_runtime(runtime)
+        if await is_paused(runtime, queue_name, fresh=True):
+            return TickResult(may_have_more=False, queue_depth=None)
         result = await run_tick(
             runtime,
             queue_name,
@@ -773,9 +869,11 @@ class Queue:
         # else one event with the count.
         for stored in result.expired:
             await self._emit_lease_expired(runtime, stored, "pending")
+            self._stalled(runtime, stored, dead=False)
         for stored in result.dead:
             await self._emit_lease_expired(runtime, stored, "dead")
             await emit_dead(runtime, stored, LEASE_EXPIRED)
+            self._stalled(runtime, stored, dead=True)
         unnamed = result.repended - len(result.expired)
         if unnamed > 0:
             await self._auditor.emit(

@@ -13,6 +13,7 @@ import attrs
 from ._audit import Auditor
 from ._backoff import Backoff, parse_backoff
 from ._codec import Codec
+from ._events import EventBus
 from ._metrics_buffer import MetricsBuffer
 from ._plugins import PluginRegistry
 from ._resilience import CircuitBreaker, Guard, parse_breaker_options, parse_retry
@@ -48,6 +49,10 @@ class BackendRuntime:
     seal: SealPlan | None = None
     _wake: dict[str, anyio.Event] = attrs.field(factory=dict, init=False)
     metrics: MetricsBuffer = attrs.field(factory=MetricsBuffer, init=False)
+    events: EventBus = attrs.field(factory=EventBus, init=False)
+    """The listeners of the queue this runtime belongs to (the queue sets its own bus)."""
+    paused: dict[str, tuple[bool, float]] = attrs.field(factory=dict, init=False)
+    """Per queue name: whether it was paused when last read, and when (_pause.py)."""
     """This process's tallies of settled attempts, until the next flush (_metrics.py)."""
     _sync_limiter: anyio.CapacityLimiter | None = attrs.field(default=None, init=False)
 

@@ -39,6 +39,7 @@ from ._conformance.backoff import TestBackoff
 from ._conformance.cancellation import TestCancel, TestCancelRunning, TestWithoutCancel
 from ._conformance.consume import TestConsume, TestConsumerConcurrency, TestRateLimit
 from ._conformance.dead_letters import TestDeadLetterQueue, TestWithoutDeadLetterQueue
+from ._conformance.events import TestEvents, TestPause
 from ._conformance.fixtures import (
     AuditRecorder,
     Conformance,
@@ -103,6 +104,7 @@ __all__ = [
     "TestDeadLetterQueue",
     "TestDelay",
     "TestEnqueue",
+    "TestEvents",
     "TestExtendLease",
     "TestFlowResults",
     "TestFlowValidation",
@@ -120,6 +122,7 @@ __all__ = [
     "TestListJobs",
     "TestMetrics",
     "TestOrdering",
+    "TestPause",
     "TestProgressEvents",
     "TestPurge",
     "TestQueueCounts",

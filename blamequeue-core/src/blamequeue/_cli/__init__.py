@@ -25,6 +25,7 @@ from . import (
     _inspect,
     _keygen,
     _ops,
+    _pause,
     _result,
     _worker,
 )
@@ -103,6 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     _cancel.add_parser(subparsers)
     _inspect.add_parser(subparsers)
     _health.add_parser(subparsers)
+    _pause.add_parser(subparsers)
     _result.add_parser(subparsers)
     _dlq.add_parser(subparsers)
     _bench.add_parser(subparsers)

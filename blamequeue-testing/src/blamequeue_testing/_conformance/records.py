@@ -195,3 +195,11 @@ class TestWithoutRecords:
             conformance.queue.records()
         assert caught.value.code == "queue/records-unsupported"
         assert "records" in str(caught.value)
+        for refused in [
+            conformance.queue.pause(conformance.name),
+            conformance.queue.is_paused(conformance.name),
+            conformance.queue.metrics(conformance.name),
+        ]:
+            with pytest.raises(QueueError) as caught:
+                await refused
+            assert caught.value.code == "queue/records-unsupported"
