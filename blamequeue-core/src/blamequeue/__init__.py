@@ -11,6 +11,7 @@ from ._audit_file import JsonlAuditSink
 from ._backoff import Backoff, ExponentialBackoff, FixedBackoff, LinearBackoff, ScheduleBackoff
 from ._consumer import Consumer, ConsumerStats
 from ._context import JobContext
+from ._cron import Cron
 from ._events import EVENT_NAMES, EventSubscription, QueueEvent, listens_to
 from ._health import HealthAlert, HealthReport, HealthThresholds, QueueHealth, health_app
 from ._metrics import MinuteMetrics, QueueMetrics, RecentError
@@ -32,6 +33,7 @@ from ._models import (
 )
 from ._progress import JobEvent, Subscription
 from ._queue import Queue
+from ._schedules import Every, Schedule, ScheduleStatus
 from ._tasks import FunctionTask, PendingDispatch, Task, TaskRegistry, task
 from .errors import QueueError
 from .hookspecs import hookimpl
@@ -45,8 +47,10 @@ __all__ = [
     "Backoff",
     "Consumer",
     "ConsumerStats",
+    "Cron",
     "DeadLetter",
     "EventSubscription",
+    "Every",
     "ExponentialBackoff",
     "FixedBackoff",
     "FlowChild",
@@ -76,7 +80,9 @@ __all__ = [
     "QueueMetrics",
     "RateLimit",
     "RecentError",
+    "Schedule",
     "ScheduleBackoff",
+    "ScheduleStatus",
     "Subscription",
     "Task",
     "TaskRegistry",

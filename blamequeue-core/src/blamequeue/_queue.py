@@ -60,6 +60,7 @@ from ._progress import Subscription
 from ._records import RecordStore
 from ._results import check_timeout, require_results, wait_for_result
 from ._runtime import BackendRuntime, build_runtime
+from ._schedules import Overlap, Schedule, Scheduler, ScheduleStatus
 from ._sealing import parse_seal_config
 from ._tasks import FunctionTask, PendingDispatch, Task, TaskRegistry, to_wire
 from ._tasks import task as declare_task
@@ -190,6 +191,7 @@ class Queue:
         self._consumers: list[Consumer] = []
         self._tasks = TaskRegistry(self)
         self._events = EventBus()
+        self._scheduler = Scheduler(self)
         for runtime in self._runtimes.values():
             runtime.events = self._events
 
@@ -353,6 +355,7 @@ class Queue:
         extra_meta: Mapping[str, Any] | None = None,
         group_key: Any = None,
         timeout: Any = None,
+        job_id: str | None = None,
     ) -> list[NewJob]:
         check_queue_name(queue_name)
         priority = check_priority(priority)
@@ -390,7 +393,7 @@ class Queue:
         encode = runtime.codec.encode_payload
         return [
             NewJob(
-                id=new_job_id(),
+                id=job_id or new_job_id(),
                 queue=queue_name,
                 payload=encode(payload),
                 priority=priority,
@@ -525,8 +528,10 @@ class Queue:
         backoff: Any,
         timeout: float | None,
         meta: Mapping[str, Any],
+        job_id: str | None = None,
     ) -> str:
-        """Enqueue one task job: ``enqueue`` plus the task's ``meta`` (see :mod:`._tasks`)."""
+        """Enqueue one task job: ``enqueue`` plus the task's ``meta`` (see :mod:`._tasks`);
+        ``job_id`` given by the scheduler, whose retries must not store a job twice."""
         runtime = self._runtime(backend)
         jobs = self._build_jobs(
             runtime,
@@ -540,11 +545,56 @@ class Queue:
             backoff=backoff,
             extra_meta=meta,
             timeout=timeout,
+            job_id=job_id,
         )
         await runtime.call("enqueue", lambda: runtime.backend.enqueue(jobs))
         runtime.notify(queue_name)
         self._added(runtime, queue_name, [jobs[0].id])
         return jobs[0].id
+
+    # -- schedules (see _schedules.py) ---------------------------------------------------------
+    def schedule(
+        self,
+        cron: str,
+        task: Any,
+        payload: Any = None,
+        *,
+        name: str | None = None,
+        tz: str | None = None,
+        overlap: Overlap = "queue",
+        backend: str | None = None,
+    ) -> Schedule:
+        """Dispatch the registered ``task`` with ``payload`` on the ``cron`` schedule (5 or 6
+        fields, macros such as ``@hourly``, or :class:`Every` helpers) in the time zone ``tz``
+        (IANA name, default UTC), from every process running :meth:`run_scheduler`: each
+        slot fires once across them.  ``overlap``: ``"queue"`` (default), ``"skip"`` while
+        the previous run is pending or inflight, or ``"replace"`` it (cancelled).  ``name``
+        keys the schedule's slots in the backend (default: task name and expression).  Bad
+        cron / overlap / a duplicate name: ``queue/bad-argument``; an unregistered task:
+        ``queue/unknown-job``."""
+        return self._scheduler.add(
+            cron, task, payload, name=name, tz=tz, overlap=overlap, backend=backend
+        )
+
+    async def run_scheduler(self) -> None:
+        """Fire the declared schedules until cancelled (sleeping on the queue's clock).  Run
+        it in as many processes as you like (e.g. beside each worker's consumers): each slot
+        fires once across them."""
+        await self._scheduler.run()
+
+    async def run_due_schedules(self) -> list[str]:
+        """Fire the slots due now, once (for a cron-driven process or a test); returns the ids
+        of the jobs this call enqueued."""
+        return await self._scheduler.run_due()
+
+    async def schedules(self) -> list[ScheduleStatus]:
+        """Every declared schedule with its next run and, from the backend, its last run (by
+        any process) and that job's state now."""
+        return await self._scheduler.status()
+
+    async def trigger_schedule(self, name: str) -> str:
+        """Dispatch the schedule ``name``'s job now, outside its slots; returns the job id."""
+        return await self._scheduler.trigger(name)
 
     # -- pause / resume (see _pause.py) --------------------------------------------------------
     async def pause(self, queue_name: str, *, backend: str | None = None) -> bool:

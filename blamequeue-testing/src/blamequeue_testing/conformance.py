@@ -82,6 +82,7 @@ from ._conformance.results import (
     TestWithoutResults,
 )
 from ._conformance.retention import TestRetention
+from ._conformance.schedules import TestSchedules, TestWithoutSchedules
 from ._conformance.sealing_audit import TestAuditTrail, TestSealing, TestSealKeyFile
 from ._conformance.shutdown import TestShutdown
 from ._conformance.size_and_purge import TestPurge, TestSize
@@ -131,6 +132,7 @@ __all__ = [
     "TestRecords",
     "TestResults",
     "TestRetention",
+    "TestSchedules",
     "TestSealKeyFile",
     "TestSealing",
     "TestShutdown",
@@ -148,6 +150,7 @@ __all__ = [
     "TestWithoutRecords",
     "TestWithoutUniqueJobs",
     "TestWithoutResults",
+    "TestWithoutSchedules",
     "TestWorkers",
     "anyio_backend",
     "conformance",
