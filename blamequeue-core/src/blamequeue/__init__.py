@@ -31,6 +31,16 @@ from ._models import (
     TickResult,
     WorkerInfo,
 )
+from ._notifications import (
+    DeadJob,
+    DeadJobNotifier,
+    DiscordChannel,
+    EmailChannel,
+    LogChannel,
+    SlackChannel,
+    WebhookChannel,
+    verify_signature,
+)
 from ._progress import JobEvent, Subscription
 from ._queue import Queue
 from ._schedules import Every, Schedule, ScheduleStatus
@@ -48,7 +58,11 @@ __all__ = [
     "Consumer",
     "ConsumerStats",
     "Cron",
+    "DeadJob",
+    "DeadJobNotifier",
     "DeadLetter",
+    "DiscordChannel",
+    "EmailChannel",
     "EventSubscription",
     "Every",
     "ExponentialBackoff",
@@ -69,6 +83,7 @@ __all__ = [
     "JobPage",
     "JsonlAuditSink",
     "LinearBackoff",
+    "LogChannel",
     "LoggingAuditSink",
     "MinuteMetrics",
     "PendingDispatch",
@@ -83,14 +98,17 @@ __all__ = [
     "Schedule",
     "ScheduleBackoff",
     "ScheduleStatus",
+    "SlackChannel",
     "Subscription",
     "Task",
     "TaskRegistry",
     "TickResult",
+    "WebhookChannel",
     "WorkerInfo",
     "__version__",
     "health_app",
     "hookimpl",
     "listens_to",
     "task",
+    "verify_signature",
 ]

@@ -53,6 +53,7 @@ from ._models import (
     TickResult,
     WorkerInfo,
 )
+from ._notifications import DeadJobNotifier
 from ._pause import is_paused, set_paused
 from ._plugins import load_registry
 from ._presence import LIVE_FOR
@@ -192,6 +193,7 @@ class Queue:
         self._tasks = TaskRegistry(self)
         self._events = EventBus()
         self._scheduler = Scheduler(self)
+        self._notifiers: list[DeadJobNotifier] = []
         for runtime in self._runtimes.values():
             runtime.events = self._events
 
@@ -234,6 +236,8 @@ class Queue:
         self._stack = stack
         self._started = True
         self._events.attach(self._tg)
+        for notifier in self._notifiers:
+            self._tg.start_soon(notifier.run)
         if self._sweep_interval > 0:
             self._tg.start_soon(self._sweep_loop)
         if any(r.backend.capabilities.records for r in self._runtimes.values()):
@@ -277,6 +281,8 @@ class Queue:
             with anyio.move_on_after(_CLOSE_TIMEOUT, shield=True):
                 for runtime in self._runtimes.values():
                     await self._flush_metrics(runtime)
+                for notifier in self._notifiers:
+                    await notifier.flush()
             self._tg.cancel_scope.cancel()
             self._events.attach(None)
             self._started = False
@@ -658,6 +664,21 @@ class Queue:
         """Subscribe every method of ``target`` marked ``@blamequeue.listens_to(...)``, held
         weakly: when ``target`` is garbage-collected its subscriptions end."""
         return self._events.subscribe_object(target)
+
+    def notify_dead_jobs(self, notifier: DeadJobNotifier) -> DeadJobNotifier:
+        """Send ``notifier``'s channels word of every job this process dead-letters (attempts
+        exhausted, or a lease expired on its last attempt); see :class:`DeadJobNotifier`.
+        Returns it (its ``sent`` / ``failed`` / ``dropped`` counts)."""
+        if not isinstance(notifier, DeadJobNotifier):
+            raise BadArgumentError(
+                "queue/bad-argument",
+                f"notify_dead_jobs takes a DeadJobNotifier(channels, ...), got {notifier!r}",
+            )
+        notifier.attach(self)
+        self._notifiers.append(notifier)
+        if self._started and self._tg is not None:
+            self._tg.start_soon(notifier.run)
+        return notifier
 
     def _added(self, runtime: BackendRuntime, queue_name: str, ids: Sequence[str]) -> None:
         events = self._events
