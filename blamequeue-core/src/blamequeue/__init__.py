@@ -9,6 +9,7 @@ from __future__ import annotations
 from ._audit import AuditEvent, LoggingAuditSink
 from ._audit_file import JsonlAuditSink
 from ._backoff import Backoff, ExponentialBackoff, FixedBackoff, LinearBackoff, ScheduleBackoff
+from ._batches import Batch, PendingBatch
 from ._consumer import Consumer, ConsumerStats
 from ._context import JobContext
 from ._cron import Cron
@@ -55,6 +56,7 @@ __all__ = [
     "AuditEvent",
     "BackendStatus",
     "Backoff",
+    "Batch",
     "Consumer",
     "ConsumerStats",
     "Cron",
@@ -86,6 +88,7 @@ __all__ = [
     "LogChannel",
     "LoggingAuditSink",
     "MinuteMetrics",
+    "PendingBatch",
     "PendingDispatch",
     "Queue",
     "QueueError",

@@ -198,6 +198,18 @@ async def run_attempt(runtime: BackendRuntime, attempt: Attempt, handler: Handle
 
 
 async def _run_handler(runtime: BackendRuntime, attempt: Attempt, handler: Handler) -> Settlement:
+    if attempt.job.meta and '"batch"' in attempt.job.meta:
+        from ._batches import skip_job
+
+        if await skip_job(runtime, attempt.job):
+            # Its batch was cancelled: done without running (the batch counts it processed).
+            return Settlement(
+                job_id=attempt.job.id,
+                token=attempt.lease.token,
+                outcome="done",
+                at=runtime.clock.now(),
+                keep=runtime.retain_done > 0,
+            )
     try:
         job = to_job(runtime, attempt.job)
     except QueueError as exc:
@@ -312,6 +324,8 @@ async def settle(
             counts.stale += 1
             continue
         observe(runtime, a, outcome)
+        if outcome in ("done", "dead") and a.job.meta and '"batch"' in a.job.meta:
+            await _count_in_batch(runtime, a, outcome)
         if runtime.events.wants(_EVENT_OF[outcome]):
             emit_settled(runtime, a, outcome)
         if outcome == "done":
@@ -324,6 +338,16 @@ async def settle(
         if outcome == "dead":
             counts.moved_to_dlq += 1
             await emit_dead(runtime, a.job, a.error)
+
+
+async def _count_in_batch(runtime: BackendRuntime, attempt: Attempt, outcome: str) -> None:
+    from ._batches import on_batch_job
+
+    try:
+        await on_batch_job(runtime, attempt.job, outcome, attempt.error)
+    except QueueError as exc:
+        # The job's own settlement is stored; its batch misses this count (logged loudly).
+        log.error("batch of job %s not updated: %s", attempt.job.id, exc)
 
 
 def _finished_at(runtime: BackendRuntime, attempt: Attempt, outcome: str) -> float:

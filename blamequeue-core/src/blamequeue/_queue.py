@@ -16,6 +16,12 @@ from anyio.abc import TaskGroup
 
 from ._audit import Auditor, AuditSink, registered_sinks
 from ._backoff import parse_backoff
+from ._batches import Batch, PendingBatch, all_batches, to_dispatches
+from ._batches import add as add_to_batch
+from ._batches import cancel as cancel_batch
+from ._batches import create as create_batch
+from ._batches import find as find_batch
+from ._batches import prune as prune_batches
 from ._cancellation import cancel_job
 from ._clock import SystemClock
 from ._consumer import Consumer
@@ -557,6 +563,60 @@ class Queue:
         runtime.notify(queue_name)
         self._added(runtime, queue_name, [jobs[0].id])
         return jobs[0].id
+
+    # -- batches (see _batches.py) ------------------------------------------------------------
+    def batch(self, jobs: Iterable[Any]) -> PendingBatch:
+        """A batch of task jobs (``queue.job(task, payload)`` builders or ``(task, payload)``
+        pairs), to set up with ``.name()``, ``.on_queue()``, ``.allow_failures()``,
+        ``.then()``, ``.catch()``, ``.finally_()``, ``.progress()`` and ``dispatch()``."""
+        return PendingBatch(owner=self, jobs=to_dispatches(self, jobs))
+
+    async def _dispatch_batch(self, spec: PendingBatch) -> Batch:
+        return await create_batch(self, spec)
+
+    def _build_task_jobs(self, runtime: BackendRuntime, options: Mapping[str, Any]) -> list[NewJob]:
+        return self._build_jobs(
+            runtime,
+            options["queue_name"],
+            [to_wire(options["payload"])],
+            priority=options["priority"],
+            delay=options["delay"],
+            max_attempts=options["max_attempts"],
+            classification=None,
+            trace_id=None,
+            backoff=options["backoff"],
+            extra_meta=options["meta"],
+            timeout=options["timeout"],
+        )
+
+    async def find_batch(self, batch_id: str, *, backend: str | None = None) -> Batch | None:
+        """The batch ``batch_id`` as the backend holds it now, or ``None`` (pruned)."""
+        runtime = self._runtime(backend)
+        check_job_id(batch_id)
+        return await find_batch(self, runtime, batch_id)
+
+    async def batches(self, *, limit: int = 100, backend: str | None = None) -> list[Batch]:
+        """The batches the backend holds, newest first."""
+        runtime = self._runtime(backend)
+        return await all_batches(self, runtime, check_page_limit(limit))
+
+    async def cancel_batch(self, batch_id: str, *, backend: str | None = None) -> bool:
+        """Cancel a batch: its jobs not started yet complete without running their handler.
+        ``False`` when it was cancelled already."""
+        runtime = self._runtime(backend)
+        check_job_id(batch_id)
+        return await cancel_batch(runtime, batch_id)
+
+    async def add_to_batch(
+        self, batch_id: str, jobs: Iterable[Any], *, backend: str | None = None
+    ) -> list[str]:
+        """Add jobs to a batch that has not finished; returns their ids."""
+        check_job_id(batch_id)
+        return await add_to_batch(self, batch_id, jobs, backend)
+
+    async def prune_batches(self, *, older_than: float, backend: str | None = None) -> int:
+        """Delete the batches that finished more than ``older_than`` seconds ago."""
+        return await prune_batches(self._runtime(backend), older_than)
 
     # -- schedules (see _schedules.py) ---------------------------------------------------------
     def schedule(

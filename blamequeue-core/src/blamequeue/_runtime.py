@@ -52,6 +52,8 @@ class BackendRuntime:
     events: EventBus = attrs.field(factory=EventBus, init=False)
     """The listeners of the queue this runtime belongs to (the queue sets its own bus)."""
     paused: dict[str, tuple[bool, float]] = attrs.field(factory=dict, init=False)
+    batches_cancelled: dict[str, tuple[bool, float]] = attrs.field(factory=dict, init=False)
+    """Per batch id: whether it was cancelled when last read, and when (_batches.py)."""
     """Per queue name: whether it was paused when last read, and when (_pause.py)."""
     """This process's tallies of settled attempts, until the next flush (_metrics.py)."""
     _sync_limiter: anyio.CapacityLimiter | None = attrs.field(default=None, init=False)

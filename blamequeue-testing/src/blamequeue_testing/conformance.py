@@ -36,6 +36,7 @@ from ._conformance.arguments import TestBadInput, TestLifecycleErrors
 from ._conformance.audit import TestAudit
 from ._conformance.backends import TestBackendStatus
 from ._conformance.backoff import TestBackoff
+from ._conformance.batches import TestBatches, TestWithoutBatches
 from ._conformance.cancellation import TestCancel, TestCancelRunning, TestWithoutCancel
 from ._conformance.consume import TestConsume, TestConsumerConcurrency, TestRateLimit
 from ._conformance.dead_letters import TestDeadLetterQueue, TestWithoutDeadLetterQueue
@@ -97,6 +98,7 @@ __all__ = [
     "TestAuditTrail",
     "TestBackendStatus",
     "TestBackoff",
+    "TestBatches",
     "TestBadInput",
     "TestCancel",
     "TestCancelRunning",
@@ -142,6 +144,7 @@ __all__ = [
     "TestUniqueArguments",
     "TestUniqueJobs",
     "TestTimeouts",
+    "TestWithoutBatches",
     "TestWithoutCancel",
     "TestWithoutDeadLetterQueue",
     "TestWithoutFlows",
