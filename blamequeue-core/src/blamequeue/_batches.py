@@ -440,30 +440,23 @@ async def on_batch_job(
             return
         await _dispatch_callback(runtime, spec, batch_id)
 
+    def tell(event: str) -> None:
+        data = {"batch_id": batch_id, "failed": int(counters.get("failed", 0))}
+        runtime.events.emit(
+            event, queue=stored.queue, backend=runtime.name, at=now, job_id=stored.id, data=data
+        )
+
     if outcome == "done":
         await fire("progress", once=False)
     elif int(counters.get("failed", 0)) == 1:
         if not description.get("allow_failures"):
             await store.put(_FLAG, f"{batch_id}:cancelled", now, if_absent=True)
         await fire("catch")
-        runtime.events.emit(
-            "batch.failed",
-            queue=stored.queue,
-            backend=runtime.name,
-            at=now,
-            job_id=stored.id,
-            data={"batch_id": batch_id},
-        )
+        tell("batch.failed")
     if int(counters.get("pending", 0)) <= 0:
         if int(counters.get("failed", 0)) == 0:
             await fire("then")
         if "finally" not in callbacks:
             await store.put(_FLAG, f"{batch_id}:fired:finally", now, if_absent=True)
         await fire("finally")
-        runtime.events.emit(
-            "batch.completed",
-            queue=stored.queue,
-            backend=runtime.name,
-            at=now,
-            data={"batch_id": batch_id, "failed": int(counters.get("failed", 0))},
-        )
+        tell("batch.completed")

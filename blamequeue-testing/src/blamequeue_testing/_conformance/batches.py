@@ -53,6 +53,8 @@ class TestBatches:
     ) -> None:
         queue, name = conformance.queue, conformance.name
         ran = _tasks(queue, name)
+        events: list[str] = []
+        queue.on_any(lambda event: events.append(event.name) if "batch" in event.name else None)
         batch = await (
             queue.batch([queue.job("Import", n) for n in range(3)] + [("Import", 3)])
             .name("nightly import")
@@ -72,6 +74,7 @@ class TestBatches:
         assert sorted(c for c, _ in ran) == ["Always", "Done", "Step", "Step", "Step", "Step"]
         assert ("Done", {"to": "ops"}) in ran
         assert [b.id for b in await queue.batches()] == [batch.id]
+        assert events == ["batch.added", "batch.completed"]
 
     async def test_a_failure_fires_catch_and_cancels_the_rest(
         self, conformance: Conformance
