@@ -19,6 +19,7 @@ from . import (
     _audit,
     _bench,
     _cancel,
+    _dashboard,
     _demo,
     _dlq,
     _health,
@@ -105,6 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
     _inspect.add_parser(subparsers)
     _health.add_parser(subparsers)
     _pause.add_parser(subparsers)
+    _dashboard.add_parser(subparsers)
     _result.add_parser(subparsers)
     _dlq.add_parser(subparsers)
     _bench.add_parser(subparsers)
