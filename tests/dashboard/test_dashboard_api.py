@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from asgi_server import serving
-from blamequeue import FlowChild, Job, JobContext, Queue, QueueError
+from blamequeue import FlowChild, Job, JobContext, JsonlAuditSink, Queue, QueueError
 from blamequeue._dashboard import create_dashboard
 
 pytestmark = pytest.mark.anyio
@@ -27,7 +27,10 @@ async def _fail(job: Job, ctx: JobContext) -> None:
 
 @pytest.fixture
 async def seeded(tmp_path: Path) -> AsyncIterator[Queue]:
-    queue = Queue(backends={"l": {"protocol": "local", "path": str(tmp_path / "jobs.db")}})
+    queue = Queue(
+        backends={"l": {"protocol": "local", "path": str(tmp_path / "jobs.db")}},
+        audit_sinks=[JsonlAuditSink(tmp_path / "audit.jsonl")],
+    )
     async with queue:
         await queue.enqueue_many("emails", [{"n": n, "secret": "s3cr3t"} for n in range(3)])
         await queue.enqueue_many("emails", [{"n": 9, "secret": "s3cr3t"}], max_attempts=1)
@@ -42,8 +45,11 @@ async def seeded(tmp_path: Path) -> AsyncIterator[Queue]:
         yield queue
 
 
-async def test_overview_jobs_and_hidden_payloads(seeded: Queue, anyio_backend: str) -> None:
-    app = create_dashboard(seeded, token=TOKEN, allow_payloads=True)
+async def test_overview_jobs_and_hidden_payloads(
+    seeded: Queue, anyio_backend: str, tmp_path: Path
+) -> None:
+    audit = str(tmp_path / "audit.jsonl")
+    app = create_dashboard(seeded, token=TOKEN, allow_payloads=True, audit_file=audit)
     async with serving(app, anyio_backend) as url, httpx.AsyncClient(base_url=url) as client:
         page = await client.get("/")
         assert page.status_code == 200
@@ -66,6 +72,10 @@ async def test_overview_jobs_and_hidden_payloads(seeded: Queue, anyio_backend: s
         shown = (await client.get(f"/api/jobs/{job_id}", headers=ACTION)).json()
         assert shown["job"]["payload"] == {"n": 9, "secret": "s3cr3t"}
         assert "broken 9" in shown["job"]["last_error"]
+        what = [entry["what"] for entry in shown["timeline"]]
+        assert what[:2] == ["enqueued", "due"]
+        assert "system.queue.dlq.write" in what  # from the audit file
+        assert what[-1] in ("dead", "system.queue.dlq.write")
         assert (await client.get("/api/jobs/job-nope")).status_code == 404
         flow_id = (await client.get("/api/queues/flows/jobs")).json()["jobs"][0]["job"]["flow_id"]
         flow = (await client.get(f"/api/flows/{flow_id}")).json()

@@ -18,6 +18,7 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, unquote
 
+import anyio.to_thread
 import attrs
 
 from .errors import QueueError
@@ -72,10 +73,13 @@ def create_dashboard(
     token: str | None = None,
     allow_payloads: bool = False,
     backend: str | None = None,
+    audit_file: str | None = None,
 ) -> App:
     """An ASGI app showing ``queue``'s backend (``backend``, default the queue's default):
     queues with counts and throughput, jobs, DLQ (with actions when ``token`` is set),
-    flows, batches, schedules and workers.  The queue must be started by its owner."""
+    flows, batches, schedules and workers.  ``audit_file``: a :class:`~blamequeue.
+    JsonlAuditSink` file whose events of a job join its timeline.  The queue must be started
+    by its owner."""
     if token is not None and (not isinstance(token, str) or len(token) < 16):
         raise QueueError(
             "queue/invalid-config",
@@ -127,6 +131,9 @@ def create_dashboard(
             {"at": document["job"]["created_at"], "what": "enqueued"},
             {"at": document["job"]["available_at"], "what": "due"},
         ] + ([{"at": document["finished_at"], "what": info.state}] if info.finished_at else [])
+        if audit_file is not None:
+            document["timeline"] += await anyio.to_thread.run_sync(_audit_of, audit_file, job_id)
+        document["timeline"].sort(key=lambda entry: entry["at"])
         return document
 
     async def route(method: str, path: str, query: dict[str, str], headers: dict[str, str]) -> Any:
@@ -230,6 +237,25 @@ def create_dashboard(
         await _send(send, status, json.dumps(body).encode(), "application/json")
 
     return app
+
+
+def _audit_of(path: str, job_id: str) -> list[dict[str, Any]]:
+    """The audit events of ``job_id`` in a JSON-lines audit file (a missing file: none)."""
+    out: list[dict[str, Any]] = []
+    try:
+        with open(path, encoding="utf-8") as lines:
+            for line in lines:
+                if job_id not in line:
+                    continue
+                try:
+                    event = json.loads(line)
+                except ValueError:
+                    continue  # a line cut short by a crash
+                if event.get("job_id") == job_id:
+                    out.append({"at": event["time"], "what": event["name"], "data": event["data"]})
+    except FileNotFoundError:
+        pass
+    return out
 
 
 async def _send(send: Send, status: int, body: bytes, content_type: str) -> None:

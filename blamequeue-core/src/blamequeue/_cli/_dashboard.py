@@ -45,6 +45,11 @@ def add_parser(subparsers: Subparsers) -> None:
         "--show-payloads", action="store_true", help="show payloads to token holders"
     )
     parser.add_argument(
+        "--audit-file",
+        metavar="FILE",
+        help="a JsonlAuditSink file: each job's audit events join its timeline",
+    )
+    parser.add_argument(
         "--loop", choices=LOOPS, default="asyncio", help="event loop to run on (default: asyncio)"
     )
     add_queue_options(parser)
@@ -70,7 +75,11 @@ def _run(args: argparse.Namespace) -> int:
     token = os.environ.get("BLAMEQUEUE_DASHBOARD_TOKEN") or None
     queue = build_queue(args)
     app = create_dashboard(
-        queue, token=token, allow_payloads=args.show_payloads, backend=args.backend
+        queue,
+        token=token,
+        allow_payloads=args.show_payloads,
+        backend=args.backend,
+        audit_file=args.audit_file,
     )
     if not _is_loopback(args.host):
         say(
