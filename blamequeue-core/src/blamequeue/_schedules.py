@@ -343,7 +343,17 @@ class Scheduler:
     async def _remember(
         self, schedule: Schedule, slot: float, now: float, job_id: str | None, outcome: str
     ) -> None:
-        state = {"slot": slot, "at": now, "job_id": job_id, "outcome": outcome}
+        state = {
+            "slot": slot,
+            "at": now,
+            "job_id": job_id,
+            "outcome": outcome,
+            # Enough for a process that did not declare it (the CLI's dashboard) to show it.
+            "expression": schedule.cron.expression,
+            "tz": _zone_name(schedule.cron),
+            "task": schedule.task,
+            "overlap": schedule.overlap,
+        }
         await self._store(schedule).put(_STATE, schedule.name, state)
 
     # -- status and manual runs ------------------------------------------------------------
@@ -369,7 +379,7 @@ class Scheduler:
                 ScheduleStatus(
                     name=schedule.name,
                     expression=schedule.cron.expression,
-                    tz=str(getattr(schedule.cron.tz, "key", schedule.cron.tz)),
+                    tz=_zone_name(schedule.cron),
                     task=schedule.task,
                     overlap=schedule.overlap,
                     next_run=schedule.cron.next_after(now),
@@ -379,7 +389,46 @@ class Scheduler:
                     last_job_state=job_state,
                 )
             )
+        return out + await self._undeclared(now, {s.name for s in out})
+
+    async def _undeclared(self, now: datetime, declared: set[str]) -> list[ScheduleStatus]:
+        """Schedules other processes fired that this one did not declare (read from their
+        stored state on the default backend): what a dashboard started from the CLI shows."""
+        queue = self._queue
+        runtime = queue._runtime(None)
+        if not runtime.backend.capabilities.records:
+            return []
+        out: list[ScheduleStatus] = []
+        for record in await queue.records().list(_STATE):
+            state = decode_value(record)
+            if record.key in declared or not isinstance(state, Mapping):
+                continue
+            try:
+                cron = Cron.parse(str(state["expression"]), tz=state.get("tz"))
+            except (KeyError, QueueError):
+                continue  # written by an older version: nothing to show
+            info = None
+            if isinstance(state.get("job_id"), str):
+                info = await queue.job_info(state["job_id"])
+            out.append(
+                ScheduleStatus(
+                    name=record.key,
+                    expression=cron.expression,
+                    tz=_zone_name(cron),
+                    task=str(state.get("task")),
+                    overlap=state.get("overlap", "queue"),
+                    next_run=cron.next_after(now),
+                    last_run=to_datetime(float(state["at"])),
+                    last_job_id=previous_job(state),
+                    last_outcome=str(state["outcome"]),
+                    last_job_state=None if info is None else info.state,
+                )
+            )
         return out
+
+
+def _zone_name(cron: Cron) -> str:
+    return str(getattr(cron.tz, "key", cron.tz))
 
 
 def previous_job(state: Any) -> str | None:

@@ -56,6 +56,10 @@ class TestSchedules:
             assert await queue.size(name) == 3
             [status] = await other.schedules()
             assert status.last_job_id == fired[-1]
+        async with conformance.factory.open() as viewer:  # declares nothing (e.g. the CLI)
+            [seen] = await viewer.schedules()
+            assert (seen.name, seen.expression, seen.task) == ("reports", "* * * * *", "Report")
+            assert seen.last_job_id == fired[-1]
             assert status.last_outcome == "enqueued"
             assert status.last_job_state == "pending"
 
