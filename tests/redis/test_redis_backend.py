@@ -20,7 +20,7 @@ from blamequeue.abc import BackendContext, NewJob, Settlement
 from blamequeue.errors import BadArgumentError, ConfigError
 from blamequeue_redis import RedisBackend
 from blamequeue_redis._keys import hash_tag
-from blamequeue_redis._scripts import SCRIPTS
+from blamequeue_redis._scripts import SCRIPTS, Script
 from blamequeue_redis._server import RedisServer
 from blamequeue_testing import VirtualClock
 
@@ -128,6 +128,32 @@ async def test_scripts_are_reloaded_after_a_server_restart() -> None:
 
             result = await queue.tick("q", record)
             assert (result.leased, seen) == (2, ["before", "after"])
+
+
+_SLOW_ECHO = Script(
+    "slow_echo",
+    """
+local start = redis.call('TIME')
+local spent = 0
+while spent < tonumber(ARGV[2]) do
+  local now = redis.call('TIME')
+  spent = (now[1] - start[1]) * 1000000 + (now[2] - start[2])
+end
+return ARGV[1]
+""",
+)
+
+
+async def test_a_script_cancelled_before_its_reply_never_hands_that_reply_to_another_call(
+    backend: RedisBackend,
+) -> None:
+    # The asyncio transport keeps its own connections for scripts: one abandoned with a reply
+    # on its way must be dropped, or the next call would read the stale reply as its own.
+    transport = backend._require()
+    for n in range(5):
+        with anyio.move_on_after(0.005):
+            await transport.script(_SLOW_ECHO, ["k"], [f"late-{n}", "30000"])
+        assert await transport.script(_SLOW_ECHO, ["k"], [f"now-{n}", "0"]) == f"now-{n}"
 
 
 # -- transitions the public API cannot reach --------------------------------------------------

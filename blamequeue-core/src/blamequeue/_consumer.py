@@ -79,6 +79,10 @@ class Consumer:
         self._empty_wait = poll_interval
         if limits is not None and limits.rate_per_seconds is not None:
             self._empty_wait = min(poll_interval, limits.rate_per_seconds)
+        # Lease in halves of the concurrency: while handlers run one half, the next lease and
+        # the previous half's settlement are already on their way, so the backend works while
+        # this process does (with a single batch, the two took turns).
+        self._lease_chunk = max(1, (concurrency + 1) // 2)
         self._held = 0
         self._running: dict[str, tuple[Attempt, anyio.CancelScope]] = {}
         self._to_settle: list[Attempt] = []
@@ -215,7 +219,7 @@ class Consumer:
                 # Look again when the flag may have changed (resume() here wakes us at once).
                 await self._idle(wake, clock.now(), PAUSE_CHECK)
                 continue
-            limit = await self._allowance(free)
+            limit = await self._allowance(min(free, self._lease_chunk))
             asked_at = clock.now()
             try:
                 leases = await runtime.call(
@@ -259,8 +263,10 @@ class Consumer:
             if len(leases) < limit:
                 # The queue looked drained; give producers a moment (an enqueue here wakes us).
                 await self._idle(wake, asked_at, self._fast_poll)
-            else:
+            elif self._held >= self.concurrency:
                 await anyio.lowlevel.checkpoint()
+            # Else ask for the next half before the handlers of this one start: the lease's
+            # round trip overlaps their run.
 
     def _lease_retry_delay(self) -> float:
         """How long to wait after a failed lease.  While the breaker is open: until it lets a
