@@ -6,25 +6,25 @@ strictly increasing (the random part is incremented), so enqueue order is also i
 
 from __future__ import annotations
 
-import base64
 import os
 import threading
 import time
 
 __all__ = ["new_job_id", "new_id"]
 
-# base64's RFC 4648 base32 alphabet, mapped onto Crockford's (no I, L, O, U).
-_TO_CROCKFORD = str.maketrans(
-    "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
-)
+_CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"  # no I, L, O, U
+# Every 10-bit value as its two digits: 13 lookups spell an id (half the time of base64's
+# base32, which is written in Python).
+_PAIRS = tuple(high + low for high in _CROCKFORD for low in _CROCKFORD)
+_SHIFTS = tuple(range(120, -1, -10))
 _lock = threading.Lock()
 _last_ms = -1
 _last_rand = 0
 
 
 def _encode(value: int) -> str:
-    # 130 bits fit 26 base32 digits; pad to 160 bits (20 bytes) so base64 does the work in C.
-    return base64.b32encode(value.to_bytes(20, "big")).decode("ascii")[6:].translate(_TO_CROCKFORD)
+    """``value`` (at most 130 bits) as 26 Crockford base32 digits, most significant first."""
+    return "".join([_PAIRS[(value >> shift) & 1023] for shift in _SHIFTS])
 
 
 def new_id() -> str:

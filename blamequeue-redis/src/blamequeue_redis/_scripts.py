@@ -246,26 +246,39 @@ ENQUEUE: Final = _script(
     """
 local jobs = cjson.decode(ARGV[3])
 local n = #jobs
-local seen = {}
--- A batch whose every job is already stored as sent (same created_at and payload) is the
--- queue's retry of this very call after its reply was lost: acknowledge it, store nothing.
-local replayed, taken = 0, nil
+local seen, keys = {}, {}
 for j = 1, n do
   local id = jobs[j][1]
-  local dup = seen[id]
-  if not dup and redis.call('EXISTS', jkey(id)) == 1 then
-    local f = redis.call('HMGET', jkey(id), 'created_at', 'payload')
-    dup = f[1] ~= jobs[j][3] or f[2] ~= jobs[j][6]
-    replayed = replayed + 1
-    taken = taken or id
-  end
-  if dup then
+  if seen[id] then
     return redis.error_reply('BQDUP a job with id ' .. id .. ' already exists')
   end
   seen[id] = true
+  keys[j] = jkey(id)
 end
-if replayed == n then return n end
-if taken then return redis.error_reply('BQDUP a job with id ' .. taken .. ' already exists') end
+-- One EXISTS per chunk of ids: none stored is the common case.
+local stored = 0
+for i = 1, n, CHUNK do
+  stored = stored + redis.call('EXISTS', unpack(keys, i, math.min(i + CHUNK - 1, n)))
+end
+if stored > 0 then
+  -- A batch whose every job is already stored as sent (same created_at and payload) is the
+  -- queue's retry of this very call after its reply was lost: acknowledge it, store nothing.
+  local replayed, taken = 0, nil
+  for j = 1, n do
+    local id = jobs[j][1]
+    if redis.call('EXISTS', keys[j]) == 1 then
+      local f = redis.call('HMGET', keys[j], 'created_at', 'payload')
+      if f[1] ~= jobs[j][3] or f[2] ~= jobs[j][6] then
+        return redis.error_reply('BQDUP a job with id ' .. id .. ' already exists')
+      end
+      replayed = replayed + 1
+      taken = taken or id
+    end
+  end
+  if replayed == n then return n end
+  return redis.error_reply('BQDUP a job with id ' .. taken .. ' already exists')
+end
+local by_state = {pending = {}, parked = {}}
 local seq = redis.call('INCRBY', K_SEQ, n) - n
 local woken = 0
 local parked = {}
@@ -274,13 +287,15 @@ for j = 1, n do
   local id, prio, created, avail = job[1], job[2], job[3], job[4]
   local flow, deps, opt = job[8], job[9], job[10]
   seq = seq + 1
-  local key = jkey(id)
+  local key = keys[j]
   local state = 'pending'
   if job[7] then state = 'parked' end
   redis.call('HSET', key, 'state', state, 'payload', job[6], 'priority', prio,
     'attempts', '0', 'max_attempts', job[5], 'created_at', created,
     'available_at', avail, 'seq', seq)
-  move(id, seq, nil, state)
+  local index = by_state[state]
+  index[#index + 1] = seq
+  index[#index + 1] = id
   if #opt > 0 then redis.call('HSET', key, unpack(opt)) end
   if flow ~= '' then
     redis.call('HSET', key, 'flow_id', flow)
@@ -300,6 +315,9 @@ for j = 1, n do
   end
 end
 flush()
+for state, index in pairs(by_state) do
+  if #index > 0 then bulk('ZADD', skey(state), index) end
+end
 bulk('SADD', K_PARKED, parked)
 if KEYS[2] then redis.call('SADD', KEYS[2], ARGV[2]) end
 signal(woken)

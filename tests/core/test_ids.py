@@ -1,0 +1,36 @@
+"""Job ids: ULIDs in Crockford base32, sortable by creation time, monotonic in a process."""
+
+from __future__ import annotations
+
+import base64
+import random
+
+from blamequeue._ids import _encode, new_id, new_job_id
+
+CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+
+
+def reference(value: int) -> str:
+    # The textbook spelling through the standard library, as an oracle.
+    rfc = base64.b32encode(value.to_bytes(20, "big")).decode("ascii")[6:]
+    return rfc.translate(str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", CROCKFORD))
+
+
+def test_encoding_matches_the_reference_spelling() -> None:
+    rng = random.Random(7)
+    values = [0, 1, (1 << 128) - 1, 1 << 127] + [rng.getrandbits(128) for _ in range(2000)]
+    for value in values:
+        assert _encode(value) == reference(value)
+
+
+def test_ids_are_26_crockford_digits_after_the_prefix() -> None:
+    job_id = new_job_id()
+    assert job_id.startswith("job-")
+    assert len(job_id) == 30
+    assert set(job_id[4:]) <= set(CROCKFORD)
+
+
+def test_ids_increase_strictly_within_a_process() -> None:
+    ids = [new_id() for _ in range(5000)]
+    assert ids == sorted(ids)
+    assert len(set(ids)) == len(ids)
