@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import random
 
-from blamequeue._ids import _encode, new_id, new_job_id
+from blamequeue._ids import _encode, new_id, new_job_id, new_job_ids
 
 CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 
@@ -34,3 +34,11 @@ def test_ids_increase_strictly_within_a_process() -> None:
     ids = [new_id() for _ in range(5000)]
     assert ids == sorted(ids)
     assert len(set(ids)) == len(ids)
+
+
+def test_a_batch_of_ids_continues_the_sequence() -> None:
+    before = new_job_id()
+    batch = new_job_ids(1000)
+    after = new_job_id()
+    assert [before, *batch, after] == sorted({before, *batch, after})
+    assert len(set(batch)) == 1000

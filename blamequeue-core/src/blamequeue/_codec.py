@@ -14,10 +14,14 @@ if TYPE_CHECKING:
 __all__ = ["Codec", "JsonCodec", "SealedCodec", "dumps"]
 
 
+# One encoder for every payload: json.dumps with options builds a new one per call.
+_encode_json = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
+
+
 def dumps(value: Any) -> str:
     """Compact JSON; raises ``queue/bad-payload`` for anything JSON cannot hold."""
     try:
-        text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        text = _encode_json(value)
         # A lone surrogate (what os.fsdecode makes of an undecodable name) passes json.dumps
         # but no store or sealer can hold it as UTF-8.
         text.encode("utf-8")

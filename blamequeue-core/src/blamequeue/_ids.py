@@ -10,7 +10,7 @@ import os
 import threading
 import time
 
-__all__ = ["new_job_id", "new_id"]
+__all__ = ["new_id", "new_job_id", "new_job_ids"]
 
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"  # no I, L, O, U
 # Every 10-bit value as its two digits: 13 lookups spell an id (half the time of base64's
@@ -27,19 +27,34 @@ def _encode(value: int) -> str:
     return "".join([_PAIRS[(value >> shift) & 1023] for shift in _SHIFTS])
 
 
-def new_id() -> str:
-    """A 26-character ULID; monotonic within this process."""
+def _new_values(count: int) -> range:
+    """``count`` consecutive ULID values, after every value handed out before."""
     global _last_ms, _last_rand
     with _lock:
         ms = time.time_ns() // 1_000_000
         if ms <= _last_ms:
             ms = _last_ms
-            _last_rand = (_last_rand + 1) & ((1 << 80) - 1)
+            first = _last_rand + 1
         else:
             _last_ms = ms
-            _last_rand = int.from_bytes(os.urandom(10), "big") >> 1  # room to increment
-        return _encode((ms << 80) | _last_rand)
+            first = int.from_bytes(os.urandom(10), "big") >> 1  # room to increment
+        # The random part counts up; in the (1 in 2**79) case it would overflow, carry into
+        # the time part, which stays ahead of every id made so far.
+        start = (ms << 80) + first
+        end = start + count
+        _last_ms, _last_rand = (end - 1) >> 80, (end - 1) & ((1 << 80) - 1)
+        return range(start, end)
+
+
+def new_id() -> str:
+    """A 26-character ULID; monotonic within this process."""
+    return _encode(_new_values(1)[0])
 
 
 def new_job_id() -> str:
     return "job-" + new_id()
+
+
+def new_job_ids(count: int) -> list[str]:
+    """``count`` job ids, increasing, as :func:`new_job_id` would make them one by one."""
+    return ["job-" + _encode(value) for value in _new_values(count)]

@@ -30,7 +30,7 @@ from ._events import EventBus, EventSubscription, QueueEvent
 from ._execution import LEASE_EXPIRED, Handler, emit_dead, to_dead_letter, to_job
 from ._flows import flow_name, plan_flow
 from ._health import HealthReport, HealthThresholds, check_report
-from ._ids import new_job_id
+from ._ids import new_job_ids
 from ._inspection import (
     check_cursor,
     check_job_id,
@@ -403,9 +403,10 @@ class Queue:
             ) from exc
         now = self._clock.now()
         encode = runtime.codec.encode_payload
+        ids = [job_id] if job_id is not None else new_job_ids(len(payloads))
         return [
             NewJob(
-                id=job_id or new_job_id(),
+                id=job_id,
                 queue=queue_name,
                 payload=encode(payload),
                 priority=priority,
@@ -417,7 +418,7 @@ class Queue:
                 meta=meta,
                 group_key=group_key,
             )
-            for payload in payloads
+            for job_id, payload in zip(ids, payloads, strict=True)
         ]
 
     # -- producing -------------------------------------------------------------------------
