@@ -31,12 +31,16 @@ def test_bench_on_a_temporary_server() -> None:
     assert report["processed"]["jobs"] == 300
     assert report["processed"]["jobs_per_s"] > 0
     assert report["latency"]["samples"] == 10
+    other = report["latency_other_process"]
+    assert other["samples"] == 10
+    assert 0 < other["p50_ms"] <= other["p99_ms"]
 
 
 def test_bench_on_a_given_server_cleans_up_after_itself(redis_url: str) -> None:
     result = bench("--url", redis_url, "--loop", "trio", "--jobs", "200", "--samples", "5")
     assert result.returncode == 0, result.stderr
     assert "processed" in result.stdout
+    assert "latency p50, other process" in result.stdout
     with redis.Redis.from_url(redis_url) as client:
         assert client.dbsize() == 0
 

@@ -48,11 +48,13 @@ examples:
   blamequeue bench --backend sqs                    # a temporary moto SQS server
   blamequeue bench --backend sqs --endpoint-url http://localhost:4566 --jobs 5000
 
-what is measured (all in this one process, on a fresh database unless --path):
+what is measured (in this one process unless said, on a fresh database unless --path):
   enqueue          jobs/s awaiting enqueue() once per job, over min(--jobs, 5000) jobs
   enqueue_many     jobs/s enqueuing --jobs jobs in batches of 1000
   processed        jobs/s consuming those jobs with a no-op async handler at --concurrency
   latency          enqueue -> handler start on an idle consumer, p50/p99 over --samples jobs
+  latency, other process
+                   the same with the consumer in a worker process of its own (local, redis)
   backlog N        processed jobs/s over min(N, --jobs) jobs with N jobs pending
   peak RSS         the process's maximum resident memory
 Results vary with the machine; compare runs on the same one.  The bench writes to queues
@@ -218,6 +220,65 @@ async def _latency(queue: Queue, samples: int, status: _Status) -> list[float]:
     return results
 
 
+# The consumer of the cross-process latency: a worker process of its own whose handler answers
+# the moment it started (time.time(): one clock for every process of the machine).
+_LATENCY_WORKER = """
+import sys
+from blamequeue._cli._bench import latency_worker
+latency_worker(sys.argv[1], sys.argv[2])
+"""
+_CROSS_QUEUE = "bench-latency-process"
+#: Backends whose queues another process shares (memory's live in this process only; SQS's
+#: test server answers long polls late by design).
+_CROSS_PROCESS = ("local", "redis")
+
+
+def latency_worker(config_json: str, loop: str) -> None:
+    """Run in the child: consume the latency queue until standard input closes."""
+
+    async def started_at(job: Job, ctx: Any) -> float:
+        return time.time()
+
+    async def main() -> None:
+        queue = Queue(backends={"bench": json.loads(config_json)})
+        async with queue:
+            await queue.consume(_CROSS_QUEUE, started_at)
+            print("ready", flush=True)
+            await anyio.to_thread.run_sync(sys.stdin.read, abandon_on_cancel=True)
+            await queue.shutdown()
+
+    anyio.run(main, backend=loop)
+
+
+async def _latency_from_another_process(
+    queue: Queue, config: dict[str, Any], loop: str, samples: int, status: _Status
+) -> list[float]:
+    """Seconds from enqueue here to handler start in a worker process, one idle job at a time."""
+    command = [sys.executable, "-c", _LATENCY_WORKER, json.dumps(config), loop]
+    async with await anyio.open_process(command) as worker:
+        assert worker.stdin is not None
+        assert worker.stdout is not None
+        with anyio.fail_after(60):
+            await worker.stdout.receive()  # "ready": its consumer is waiting for work
+        results: list[float] = []
+        try:
+            for n in range(samples):
+                sent_at = time.time()
+                job_id = await queue.enqueue(_CROSS_QUEUE, {"n": n})
+                started_at = await queue.result(job_id, timeout=30)
+                results.append(started_at - sent_at)
+                status.count += 1
+                # Back to idle: the worker settles the job and blocks waiting for the next.
+                await anyio.sleep(0.005)
+        finally:
+            await worker.stdin.aclose()
+            with anyio.move_on_after(30) as waited:
+                await worker.wait()
+            if waited.cancelled_caught:
+                worker.kill()
+    return results
+
+
 async def _fill(queue: Queue, queue_name: str, jobs: int, batch: int, status: _Status) -> None:
     for start in range(0, jobs, batch):
         payloads = [{"n": n} for n in range(start, min(jobs, start + batch))]
@@ -268,7 +329,11 @@ async def _measure_enqueue_many(queue: Queue, jobs: int, status: _Status) -> dic
 
 async def _measure_latency(queue: Queue, samples: int, status: _Status) -> dict[str, Any]:
     status.begin("idle latency", samples)
-    latencies = sorted(await _latency(queue, samples, status))
+    return _summary(await _latency(queue, samples, status))
+
+
+def _summary(samples: list[float]) -> dict[str, Any]:
+    latencies = sorted(samples)
     p99 = (
         statistics.quantiles(latencies, n=100, method="inclusive")[98]
         if len(latencies) > 1
@@ -302,6 +367,7 @@ async def _measure_backlog(
 async def _measure(
     queue: Queue,
     args: argparse.Namespace,
+    config: dict[str, Any],
     status: _Status,
     result: dict[str, Any],
     requests: Any = None,
@@ -327,6 +393,12 @@ async def _measure(
         "jobs_per_s": _rate(jobs, seconds),
     }
     result["latency"] = await _measure_latency(queue, args.samples, status)
+    if config["protocol"] in _CROSS_PROCESS:
+        status.begin("idle latency from another process", args.samples)
+        samples = await _latency_from_another_process(
+            queue, config, args.loop, args.samples, status
+        )
+        result["latency_other_process"] = _summary(samples)
     result["backlog"] = [
         await _measure_backlog(queue, pending, jobs, concurrency, status)
         for pending in sorted(set(args.backlog))
@@ -350,7 +422,7 @@ async def _bench(
     async with queue, stopped_by_signals(), anyio.create_task_group() as tg:
         tg.start_soon(status.redraw_forever)
         try:
-            await _measure(queue, args, status, result, requests)
+            await _measure(queue, args, config, status, result, requests)
         finally:
             status.end()
             tg.cancel_scope.cancel()
@@ -386,6 +458,20 @@ def _report(result: dict[str, Any], where: str, term: Terminal) -> str:
         ],
         ["latency p99", f"{latency['p99_ms']:.2f} ms", f"max {latency['max_ms']:.2f} ms"],
     ]
+    other = result.get("latency_other_process")
+    if other is not None:
+        rows += [
+            [
+                "latency p50, other process",
+                f"{other['p50_ms']:.2f} ms",
+                f"the consumer in a worker process of its own, {other['samples']} samples",
+            ],
+            [
+                "latency p99, other process",
+                f"{other['p99_ms']:.2f} ms",
+                f"max {other['max_ms']:.2f} ms",
+            ],
+        ]
     for item in result["backlog"]:
         rows.append(
             [
