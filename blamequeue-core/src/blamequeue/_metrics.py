@@ -20,7 +20,7 @@ from typing import Any
 import attrs
 
 from ._clock import to_datetime
-from ._metrics_buffer import Tally
+from ._metrics_buffer import PendingError, Tally
 from ._records import RecordStore, decode_value
 from ._runtime import BackendRuntime
 from .errors import BadArgumentError
@@ -109,11 +109,20 @@ def _minute_key(queue: str, minute: int) -> str:
 async def flush_metrics(runtime: BackendRuntime) -> None:
     """Add this process's tallies to the backend's records (nothing to do: no call)."""
     buffer = runtime.metrics
-    if not buffer:
+    if not buffer and not buffer.flushing.locked():
         return
-    tallies, errors = buffer.take()
-    if not runtime.backend.capabilities.records:
-        return  # nowhere to keep them: dropped, so the tallies never grow
+    async with buffer.flushing:
+        tallies, errors = buffer.take()
+        if runtime.backend.capabilities.records:
+            await _write(runtime, tallies, errors)
+        # Else nowhere to keep them: dropped, so the tallies never grow.
+
+
+async def _write(
+    runtime: BackendRuntime,
+    tallies: dict[tuple[str, int], Tally],
+    errors: dict[str, list[PendingError]],
+) -> None:
     store = RecordStore(runtime)
     for (queue, minute), tally in tallies.items():
         deltas = {name: value for name, value in attrs.asdict(tally).items() if value}

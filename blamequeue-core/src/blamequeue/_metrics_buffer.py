@@ -3,6 +3,7 @@ dict update per settled job on the worker's hot path, flushed to the backend onc
 
 from __future__ import annotations
 
+import anyio
 import attrs
 
 __all__ = ["ERRORS_PER_FLUSH", "MetricsBuffer", "PendingError", "Tally"]
@@ -38,6 +39,16 @@ class MetricsBuffer:
 
     tallies: dict[tuple[str, int], Tally] = attrs.field(factory=dict)
     errors: dict[str, list[PendingError]] = attrs.field(factory=dict)
+    _flushing: anyio.Lock | None = None
+
+    @property
+    def flushing(self) -> anyio.Lock:
+        """Held while a flush writes: a second flush waits for it, so when any flush returns,
+        everything observed before it is in the backend (a reader in another process sees
+        the errors with the counts, never the counts alone)."""
+        if self._flushing is None:
+            self._flushing = anyio.Lock()
+        return self._flushing
 
     def observe(
         self,

@@ -139,6 +139,10 @@ class Capabilities:
       small keyed values and counters every process sharing the store sees, which batches,
       schedules, metrics and pause flags are built on.  Without it the core refuses those
       features with ``queue/records-unsupported``.
+    * ``overlapped_lease``: the store does its work in another process (a server), so a
+      consumer leases in halves of its concurrency: the next lease is on its way while the
+      handlers of the last one run.  An in-process store (SQLite, memory) leaves it false:
+      there the extra statements would cost the same CPU the overlap saves.
     """
 
     dlq: bool = True
@@ -158,6 +162,7 @@ class Capabilities:
     global_rate_limit: bool = False
     group_limits: bool = False
     records: bool = False
+    overlapped_lease: bool = False
 
 
 @attrs.frozen(kw_only=True)

@@ -272,6 +272,7 @@ class RedisBackend(Backend):
         global_rate_limit=True,
         group_limits=True,
         records=True,
+        overlapped_lease=True,
     )
 
     def __init__(self, options: Mapping[str, Any], context: BackendContext) -> None:
