@@ -22,6 +22,7 @@ from blamequeue_redis import RedisBackend
 from blamequeue_redis._keys import hash_tag
 from blamequeue_redis._scripts import SCRIPTS, Script
 from blamequeue_redis._server import RedisServer
+from blamequeue_redis._transport import POOL_SIZE
 from blamequeue_testing import VirtualClock
 
 pytestmark = pytest.mark.anyio
@@ -154,6 +155,23 @@ async def test_a_script_cancelled_before_its_reply_never_hands_that_reply_to_ano
         with anyio.move_on_after(0.005):
             await transport.script(_SLOW_ECHO, ["k"], [f"late-{n}", "30000"])
         assert await transport.script(_SLOW_ECHO, ["k"], [f"now-{n}", "0"]) == f"now-{n}"
+
+
+async def test_scripts_at_once_share_a_bounded_set_of_connections(
+    backend: RedisBackend, redis_client: redis.Redis
+) -> None:
+    transport = backend._require()
+    before = len(redis_client.client_list())
+    replies: list[str] = []
+
+    async def call(n: int) -> None:
+        replies.append(await transport.script(_SLOW_ECHO, ["k"], [str(n), "2000"]))
+
+    async with anyio.create_task_group() as tg:
+        for n in range(3 * POOL_SIZE):
+            tg.start_soon(call, n)
+    assert sorted(replies, key=int) == [str(n) for n in range(3 * POOL_SIZE)]
+    assert len(redis_client.client_list()) - before <= POOL_SIZE
 
 
 # -- transitions the public API cannot reach --------------------------------------------------

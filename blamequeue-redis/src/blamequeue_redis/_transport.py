@@ -370,14 +370,42 @@ class _HeldConnections:
     reused with a reply pending; an error *reply* leaves it healthy.
     """
 
-    def __init__(self, pool: Any) -> None:
+    def __init__(self, pool: Any, limit: int) -> None:
         self._pool = pool
         self._free: list[Any] = []
+        # At most `limit` connections (so commands in flight); a call finding none free and
+        # none to open waits for one to come back.
+        self._limit = limit
+        self._open = 0
+        self._waiting = 0
+        self._returned = anyio.Event()
+
+    async def _checkout(self) -> Any:
+        while not self._free and self._open >= self._limit:
+            self._waiting += 1
+            try:
+                await self._returned.wait()
+            finally:
+                self._waiting -= 1
+        if self._free:
+            return self._free.pop()
+        self._open += 1
+        return self._pool.make_connection()
+
+    def _checkin(self, connection: Any | None) -> None:
+        """Give a connection back (``None``: it was dropped)."""
+        if connection is None:
+            self._open -= 1
+        else:
+            self._free.append(connection)
+        if self._waiting:
+            self._returned.set()
+            self._returned = anyio.Event()
 
     async def exchange(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
         """Send ``commands`` in one write and read their replies in order (an error reply
         is returned as its exception, not raised)."""
-        connection = self._free.pop() if self._free else self._pool.make_connection()
+        connection = await self._checkout()
         try:
             if connection.is_connected and await _is_stale(connection):
                 # The server closed it while it sat idle (a restart): connect afresh, as the
@@ -391,6 +419,7 @@ class _HeldConnections:
                 except ResponseError as exc:
                     replies.append(exc)
         except BaseException as exc:
+            self._checkin(None)
             with anyio.CancelScope(shield=True):
                 await connection.disconnect()
                 if isinstance(exc, (OSError, redis.exceptions.ConnectionError)):
@@ -399,13 +428,15 @@ class _HeldConnections:
                     await self.aclose()
                     await self._pool.disconnect(inuse_connections=False)
             raise
-        self._free.append(connection)
+        self._checkin(connection)
         return replies
 
     async def aclose(self) -> None:
         connections, self._free = self._free, []
+        self._open -= len(connections)
         for connection in connections:
             await connection.disconnect()
+
 
 class AsyncioTransport(Transport):
     """redis-py's asyncio client (single server or cluster), on asyncio."""
@@ -416,7 +447,7 @@ class AsyncioTransport(Transport):
         # Bounds the commands in flight (and so the connections the pool opens).
         self._slots = _semaphore(POOL_SIZE)
         # A cluster client routes each call to its node itself; it keeps its own pools.
-        self._held = None if self.cluster else _HeldConnections(client.connection_pool)
+        self._held = None if self.cluster else _HeldConnections(client.connection_pool, POOL_SIZE)
 
     async def command(self, *args: Any) -> Any:
         async with self._slots:
@@ -429,20 +460,20 @@ class AsyncioTransport(Transport):
         if not calls:
             return []
         commands = [_evalsha(script, keys, args) for script, keys, args in calls]
-        async with self._slots:
-            if self._held is not None:
-                replies = await self._held.exchange(commands)
-            else:
-                pipe = self.client.pipeline(transaction=False)
-                for command in commands:
-                    pipe.execute_command(*command)
+        if self._held is not None:
+            replies = await self._held.exchange(commands)
+        else:
+            pipe = self.client.pipeline(transaction=False)
+            for command in commands:
+                pipe.execute_command(*command)
+            async with self._slots:
                 replies = list(await pipe.execute(raise_on_error=False))
-            for n, reply in enumerate(replies):
-                if isinstance(reply, NoScriptError):
-                    # EVAL loads the script again (a restart or SCRIPT FLUSH forgot it).
-                    reply = replies[n] = await self._run(_eval(*calls[n]))
-                if isinstance(reply, Exception):
-                    raise reply
+        for n, reply in enumerate(replies):
+            if isinstance(reply, NoScriptError):
+                # EVAL loads the script again (a restart or SCRIPT FLUSH forgot it).
+                reply = replies[n] = await self._run(_eval(*calls[n]))
+            if isinstance(reply, Exception):
+                raise reply
         return replies
 
     async def _run(self, command: Sequence[Any]) -> Any:
@@ -451,7 +482,8 @@ class AsyncioTransport(Transport):
             if isinstance(reply, Exception):
                 raise reply
             return reply
-        return await self.client.execute_command(*command)
+        async with self._slots:
+            return await self.client.execute_command(*command)
 
     async def load(self, scripts: Sequence[Script]) -> None:
         for script in scripts:
