@@ -1,18 +1,18 @@
-"""How much a consumer asks for in one lease: all its free slots on an in-process store; on a
-server (``Capabilities.overlapped_lease``) half its concurrency, so the next lease travels
-while the handlers of the last one run.  Never more leases held than ``concurrency``."""
+"""How much a consumer asks for in one lease: all its free slots, or half its concurrency on a
+backend whose leases overlap well with running handlers (``Backend.overlapped_lease``: redis
+on asyncio), so the next lease travels while the handlers of the last one run.  Never more
+leases held than ``concurrency``."""
 
 from __future__ import annotations
 
 from typing import Any, ClassVar
 
 import anyio
-import attrs
 import pytest
 
 from blamequeue import Job, JobContext, Queue
 from blamequeue._plugins import Registration, load_registry
-from blamequeue.abc import Capabilities, Lease
+from blamequeue.abc import Lease
 from blamequeue_testing._memory import MemoryBackend
 
 pytestmark = pytest.mark.anyio
@@ -34,9 +34,10 @@ class CountingBackend(MemoryBackend):
 
 class ServerLikeBackend(CountingBackend):
     protocol = "server-like-memory"
-    capabilities: ClassVar[Capabilities] = attrs.evolve(
-        MemoryBackend.capabilities, overlapped_lease=True
-    )
+
+    @property
+    def overlapped_lease(self) -> bool:
+        return True
 
 
 @pytest.fixture(autouse=True)

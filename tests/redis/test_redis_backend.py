@@ -174,6 +174,13 @@ async def test_scripts_at_once_share_a_bounded_set_of_connections(
     assert len(redis_client.client_list()) - before <= POOL_SIZE
 
 
+async def test_consumers_overlap_leases_only_where_calls_cost_no_thread(
+    backend: RedisBackend, anyio_backend: str
+) -> None:
+    # asyncio: the wait is non-blocking I/O; trio: each call is a worker thread's round trip.
+    assert backend.overlapped_lease is (anyio_backend == "asyncio")
+
+
 # -- transitions the public API cannot reach --------------------------------------------------
 async def test_available_at_orders_exactly_to_the_last_bit(backend: RedisBackend) -> None:
     later = math.nextafter(T0, math.inf)

@@ -79,11 +79,11 @@ class Consumer:
         self._empty_wait = poll_interval
         if limits is not None and limits.rate_per_seconds is not None:
             self._empty_wait = min(poll_interval, limits.rate_per_seconds)
-        # On a server, lease in halves of the concurrency: while handlers run one half, the
-        # next lease and the previous half's settlement are on their way, so the server works
-        # while this process does (with a single batch, the two took turns).
+        # Where it pays (Backend.overlapped_lease), lease in halves of the concurrency: while
+        # handlers run one half, the next lease and the previous half's settlement are on
+        # their way, so the server works while this process does (else the two take turns).
         self._lease_chunk = concurrency
-        if runtime.backend.capabilities.overlapped_lease:
+        if runtime.backend.overlapped_lease:
             self._lease_chunk = max(1, (concurrency + 1) // 2)
         self._held = 0
         self._running: dict[str, tuple[Attempt, anyio.CancelScope]] = {}

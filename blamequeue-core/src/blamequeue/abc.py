@@ -139,10 +139,6 @@ class Capabilities:
       small keyed values and counters every process sharing the store sees, which batches,
       schedules, metrics and pause flags are built on.  Without it the core refuses those
       features with ``queue/records-unsupported``.
-    * ``overlapped_lease``: the store does its work in another process (a server), so a
-      consumer leases in halves of its concurrency: the next lease is on its way while the
-      handlers of the last one run.  An in-process store (SQLite, memory) leaves it false:
-      there the extra statements would cost the same CPU the overlap saves.
     """
 
     dlq: bool = True
@@ -162,7 +158,6 @@ class Capabilities:
     global_rate_limit: bool = False
     group_limits: bool = False
     records: bool = False
-    overlapped_lease: bool = False
 
 
 @attrs.frozen(kw_only=True)
@@ -502,6 +497,15 @@ class Backend(abc.ABC):
     def store_path(self) -> str | None:
         """A filesystem path the store lives at, if any (used to place a seal key beside it)."""
         return None
+
+    @property
+    def overlapped_lease(self) -> bool:
+        """True when a lease costs this process little CPU while it waits (the work is done
+        by a server, the wait is asynchronous I/O): consumers then lease in halves of their
+        concurrency, so the next lease is on its way while the handlers of the last one run.
+        False (the default) where the overlap would cost as much as it saves: a store in this
+        process (SQLite, memory), or calls made through worker threads."""
+        return False
 
     # -- lifecycle -------------------------------------------------------------------------
     async def open(self) -> None:  # noqa: B027 - optional hook
