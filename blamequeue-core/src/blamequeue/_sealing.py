@@ -74,6 +74,7 @@ DEFAULT_SEALER = "secretbox"
 KEY_BYTES = nacl.secret.SecretBox.KEY_SIZE  # 32
 _NONCE_BYTES = nacl.secret.SecretBox.NONCE_SIZE  # 24: random nonces never repeat in practice
 _secretbox_easy = nacl.bindings.crypto_secretbox_easy
+_secretbox_open_easy = nacl.bindings.crypto_secretbox_open_easy
 ENV_VAR = "BLAMEQUEUE_SEAL_KEYS"
 _KID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
 _SEAL_OPTIONS = frozenset({"keys", "sealer", "accept_unsealed"})
@@ -115,19 +116,22 @@ def _config_error(message: str) -> ConfigError:
 class SecretBoxSealer:
     """pynacl ``SecretBox`` with the key id in the envelope (registered as ``"secretbox"``).
 
-    One ``SecretBox`` per key, built once.  Sealing is on every enqueue and failure, so it calls
-    the primitive ``SecretBox.encrypt`` uses (``crypto_secretbox_easy`` with a random 24-byte
-    nonce: the same bytes, nonce + MAC + ciphertext) without its per-call wrapper objects.
+    Sealing is on every enqueue and failure, unsealing on every lease, so they call the
+    primitives ``SecretBox.encrypt`` and ``decrypt`` use (``crypto_secretbox_easy`` with a random
+    24-byte nonce, and ``crypto_secretbox_open_easy``: the same bytes, nonce + MAC + ciphertext)
+    without their per-call wrapper objects.
     """
 
     def __init__(self, keys: Mapping[str, bytes]) -> None:
         if not keys:
             raise _config_error("a sealer needs at least one key")
-        self._boxes = {kid: nacl.secret.SecretBox(bytes(key)) for kid, key in keys.items()}
-        writer = next(iter(self._boxes))
+        for key in keys.values():
+            nacl.secret.SecretBox(bytes(key))  # refuses a key of the wrong size, as before
+        self._keys = {kid: bytes(key) for kid, key in keys.items()}
+        writer = next(iter(self._keys))
         self._writer_key = bytes(keys[writer])
         self._head = f"{ENVELOPE_VERSION}:{writer}:"
-        self.key_ids = tuple(self._boxes)
+        self.key_ids = tuple(self._keys)
 
     def __repr__(self) -> str:  # never the keys
         return f"SecretBoxSealer(key_ids={self.key_ids!r})"
@@ -145,15 +149,17 @@ class SecretBoxSealer:
                 "the stored value is not a blamequeue envelope (it was written with seal=False, "
                 "or altered outside blamequeue)"
             )
-        box = self._boxes.get(kid)
-        if box is None:
+        key = self._keys.get(kid)
+        if key is None:
             raise _unseal_error(
                 f"the stored value was sealed with key id {kid[:64]!r}, which is not among the "
                 f"configured keys {list(self.key_ids)}; add that key (after the current one) to "
                 f"read it"
             )
         try:
-            return box.decrypt(binascii.a2b_base64(body, strict_mode=True)).decode("utf-8")
+            sealed = binascii.a2b_base64(body, strict_mode=True)
+            nonce, box = sealed[:_NONCE_BYTES], sealed[_NONCE_BYTES:]
+            return _secretbox_open_easy(box, nonce, key).decode("utf-8")
         except (binascii.Error, ValueError, nacl.exceptions.CryptoError) as exc:
             raise _unseal_error(
                 f"the stored value sealed with key id {kid!r} failed authentication: it was "
