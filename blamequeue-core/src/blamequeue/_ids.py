@@ -38,8 +38,8 @@ def _new_values(count: int) -> range:
         else:
             _last_ms = ms
             first = int.from_bytes(os.urandom(10), "big") >> 1  # room to increment
-        # The random part counts up; in the (1 in 2**79) case it would overflow, carry into
-        # the time part, which stays ahead of every id made so far.
+        # The random part counts up from below 2**79, so any batch fits; were it to pass
+        # 2**80 it would carry into the time part, still after every id made before.
         start = (ms << 80) + first
         end = start + count
         _last_ms, _last_rand = (end - 1) >> 80, (end - 1) & ((1 << 80) - 1)

@@ -92,14 +92,18 @@ _ASYNC_CLIENTS: Final = (redis.asyncio.Redis, redis.asyncio.cluster.RedisCluster
 _SYNC_CLIENTS: Final = (redis.Redis, redis.cluster.RedisCluster)
 _CLUSTER_CLIENTS: Final = (redis.asyncio.cluster.RedisCluster, redis.cluster.RedisCluster)
 
+
 def is_async_client(client: object) -> bool:
     return isinstance(client, _ASYNC_CLIENTS)
+
 
 def is_sync_client(client: object) -> bool:
     return isinstance(client, _SYNC_CLIENTS)
 
+
 def is_cluster_client(client: object) -> bool:
     return isinstance(client, _CLUSTER_CLIENTS)
+
 
 def current_library() -> str:
     """The running async library: ``"asyncio"`` or ``"trio"``."""
@@ -109,13 +113,16 @@ def current_library() -> str:
         return "asyncio"
     return sniffio.current_async_library()
 
+
 # The queue's own retry policy and circuit breaker handle failures; redis-py retrying
 # underneath would multiply the waits and hide outages from the breaker.
 def _no_retry() -> redis.retry.Retry:
     return redis.retry.Retry(NoBackoff(), 0)
 
+
 def _no_async_retry() -> redis.asyncio.retry.Retry:
     return redis.asyncio.retry.Retry(NoBackoff(), 0)
+
 
 class ClientSettings:
     """How to build clients the backend owns (from the ``url`` option)."""
@@ -160,6 +167,7 @@ class ClientSettings:
         pool = redis.ConnectionPool.from_url(self.url, max_connections=POOL_SIZE, **kwargs)
         return redis.Redis(connection_pool=pool, retry=_no_retry())
 
+
 def _blpop_timeout(seconds: float) -> str | None:
     """BLPOP's timeout argument, in whole milliseconds (a zero timeout blocks for ever, so a
     wait shorter than a millisecond is not sent at all)."""
@@ -167,6 +175,7 @@ def _blpop_timeout(seconds: float) -> str | None:
     if millis < 1:
         return None
     return f"{millis / 1000:.3f}"
+
 
 async def _run_unblockable(
     pop: Callable[[], Awaitable[T]], unblock: Callable[[], Awaitable[object]]
@@ -207,10 +216,12 @@ async def _run_unblockable(
         raise failure[0]
     return outcome[0]
 
+
 #: The longest a listener blocks in one read, in real seconds: a wait on the queue's clock
 #: reads in slices this long, so a virtual clock's deadline is noticed and a worker thread is
 #: never held long after a cancel.
 LISTEN_SLICE: Final = 0.25
+
 
 class Listener(abc.ABC):
     """One pub/sub subscription on a connection of its own (``Transport.listen``)."""
@@ -223,16 +234,20 @@ class Listener(abc.ABC):
     @abc.abstractmethod
     async def aclose(self) -> None: ...
 
+
 def _text(value: Any) -> str:
     return value.decode("utf-8", "surrogatepass") if isinstance(value, bytes) else str(value)
+
 
 def _message_text(message: Any) -> tuple[str, str] | None:
     if message is None or message.get("type") not in ("message", "smessage"):
         return None
     return _text(message["channel"]), _text(message["data"])
 
+
 def _confirmed(message: Any) -> bool:
     return message is not None and message.get("type") in ("subscribe", "ssubscribe")
+
 
 class _AsyncListener(Listener):
     def __init__(self, pubsub: Any) -> None:
@@ -247,6 +262,7 @@ class _AsyncListener(Listener):
     async def aclose(self) -> None:
         with anyio.CancelScope(shield=True):
             await self._pubsub.aclose()
+
 
 class _ThreadListener(Listener):
     def __init__(self, pubsub: Any, limiter: anyio.CapacityLimiter) -> None:
@@ -264,6 +280,7 @@ class _ThreadListener(Listener):
     async def aclose(self) -> None:
         with anyio.CancelScope(shield=True):
             await anyio.to_thread.run_sync(self._pubsub.close, limiter=self._limiter)
+
 
 class Transport(abc.ABC):
     """What the backend needs from a Redis client."""
@@ -301,11 +318,14 @@ class Transport(abc.ABC):
     async def aclose(self) -> None:
         """Close what the transport opened; never a client it was handed."""
 
+
 def _evalsha(script: Script, keys: Sequence[str], args: Sequence[Any]) -> tuple[Any, ...]:
     return ("EVALSHA", script.sha, len(keys), *keys, *args)
 
+
 def _eval(script: Script, keys: Sequence[str], args: Sequence[Any]) -> tuple[Any, ...]:
     return ("EVAL", script.source, len(keys), *keys, *args)
+
 
 # -- asyncio ---------------------------------------------------------------------------------
 class _AsyncWaiter:
@@ -328,12 +348,14 @@ class _AsyncWaiter:
     async def close(self) -> None:
         await self.connection.disconnect()
 
+
 def _semaphore(size: int) -> anyio.Semaphore:
     try:
         # No checkpoint when a slot is free: this guards every command.
         return anyio.Semaphore(size, fast_acquire=True)
     except TypeError:  # anyio < 4.5
         return anyio.Semaphore(size)
+
 
 def _pack(commands: Sequence[Sequence[Any]]) -> bytes:
     """``commands`` in RESP, as one buffer.  The scripts' arguments are only text and numbers,
@@ -353,12 +375,14 @@ def _pack(commands: Sequence[Sequence[Any]]) -> bytes:
             out += (b"$%d\r\n" % len(data), data, b"\r\n")
     return b"".join(out)
 
+
 async def _is_stale(connection: Any) -> bool:
     """True when an idle connection was closed by the server or holds unread data."""
     try:
         return bool(await connection.can_read())
     except (OSError, redis.exceptions.ConnectionError):
         return True
+
 
 class _HeldConnections:
     """Connections of a single server's pool kept by the transport for scripts.
@@ -571,6 +595,7 @@ class AsyncioTransport(Transport):
             if pool is not None:
                 await pool.disconnect()
 
+
 # -- threads (trio) --------------------------------------------------------------------------
 class _SyncWaiter:
     def __init__(self, connection: Any, node: Any) -> None:
@@ -589,6 +614,7 @@ class _SyncWaiter:
 
     def close(self) -> None:
         self.connection.disconnect()
+
 
 class ThreadTransport(Transport):
     """redis-py's sync client (single server or cluster) in anyio worker threads."""
