@@ -486,6 +486,13 @@ class AsyncioTransport(Transport):
         commands = [_evalsha(script, keys, args) for script, keys, args in calls]
         if self._held is not None:
             replies = await self._held.exchange(commands)
+        elif len(commands) == 1:
+            # A cluster client routes a lone command itself; a pipeline of one costs more.
+            async with self._slots:
+                try:
+                    replies = [await self.client.execute_command(*commands[0])]
+                except NoScriptError as exc:
+                    replies = [exc]
         else:
             pipe = self.client.pipeline(transaction=False)
             for command in commands:
