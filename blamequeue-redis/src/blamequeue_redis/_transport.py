@@ -378,8 +378,10 @@ def _pack(commands: Sequence[Sequence[Any]]) -> bytes:
 
 async def _is_stale(connection: Any) -> bool:
     """True when an idle connection was closed by the server or holds unread data."""
+    # Older redis-py names the same check can_read_destructive.
+    check = getattr(connection, "can_read", None) or connection.can_read_destructive
     try:
-        return bool(await connection.can_read())
+        return bool(await check())
     except (OSError, redis.exceptions.ConnectionError):
         return True
 
