@@ -57,9 +57,14 @@ async def test_consumer_rides_out_a_server_restart() -> None:
     queue = Queue(backends={"r": options}, clock=clock, audit_sinks=[audit], sweep_interval=0)
     try:
         async with queue:
-            await queue.consume("q", handler, poll_interval=0.02)
+            consumer = await queue.consume("q", handler, poll_interval=0.02)
             await queue.enqueue("q", "before")
-            await until(lambda: seen == ["before"], "the job enqueued before the outage")
+            # Settled, not only run: a settlement still on its way when the server stops
+            # would fail, and the job would come back after its lease.
+            await until(
+                lambda: consumer.stats.succeeded == 1, "the job enqueued before the outage"
+            )
+            assert seen == ["before"]
 
             server.stop()
             await until(
@@ -76,7 +81,8 @@ async def test_consumer_rides_out_a_server_restart() -> None:
             assert audit.names() == ["system.queue.breaker.open", "system.queue.breaker.close"]
 
             await queue.enqueue("q", "after")
-            await until(lambda: seen == ["before", "after"], "the job enqueued after it")
+            await until(lambda: consumer.stats.succeeded == 2, "the job enqueued after it")
+            assert seen == ["before", "after"]
             assert await queue.size("q") == 0
     finally:
         server.cleanup()
