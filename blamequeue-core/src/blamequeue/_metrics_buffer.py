@@ -39,7 +39,7 @@ class MetricsBuffer:
 
     tallies: dict[tuple[str, int], Tally] = attrs.field(factory=dict)
     errors: dict[str, list[PendingError]] = attrs.field(factory=dict)
-    _flushing: anyio.Lock | None = None
+    _flushing: anyio.Lock | None = attrs.field(default=None, init=False)
 
     @property
     def flushing(self) -> anyio.Lock:

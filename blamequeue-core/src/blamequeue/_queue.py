@@ -406,7 +406,7 @@ class Queue:
         ids = [job_id] if job_id is not None else new_job_ids(len(payloads))
         return [
             NewJob(
-                id=job_id,
+                id=new_id,
                 queue=queue_name,
                 payload=encode(payload),
                 priority=priority,
@@ -418,7 +418,7 @@ class Queue:
                 meta=meta,
                 group_key=group_key,
             )
-            for job_id, payload in zip(ids, payloads, strict=True)
+            for new_id, payload in zip(ids, payloads, strict=True)
         ]
 
     # -- producing -------------------------------------------------------------------------

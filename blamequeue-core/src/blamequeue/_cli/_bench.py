@@ -247,7 +247,7 @@ def latency_worker(config_json: str, loop: str) -> None:
             await anyio.to_thread.run_sync(sys.stdin.read, abandon_on_cancel=True)
             await queue.shutdown()
 
-    anyio.run(main, backend=loop)
+    run_on_loop(main, loop)
 
 
 async def _latency_from_another_process(
