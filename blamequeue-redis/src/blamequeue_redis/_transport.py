@@ -39,9 +39,10 @@ import redis.asyncio.retry
 import redis.cluster
 import redis.retry
 from redis.backoff import NoBackoff
-from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import NoScriptError
 
 from blamequeue_redis._scripts import Script
+from blamequeue_redis._wire import HeldWires
 
 __all__ = [
     "AsyncioTransport",
@@ -357,113 +358,6 @@ def _semaphore(size: int) -> anyio.Semaphore:
         return anyio.Semaphore(size)
 
 
-def _pack(commands: Sequence[Sequence[Any]]) -> bytes:
-    """``commands`` in RESP, as one buffer.  The scripts' arguments are only text and numbers,
-    so this skips the general encoder of redis-py (a fifth of a single enqueue's CPU)."""
-    out: list[bytes] = []
-    for command in commands:
-        out.append(b"*%d\r\n" % len(command))
-        for arg in command:
-            if isinstance(arg, str):
-                data = arg.encode("utf-8", "surrogatepass")
-            elif isinstance(arg, bytes):
-                data = arg
-            elif isinstance(arg, (int, float)) and not isinstance(arg, bool):
-                data = repr(arg).encode("ascii")
-            else:
-                raise TypeError(f"a script argument must be text or a number, not {arg!r}")
-            out += (b"$%d\r\n" % len(data), data, b"\r\n")
-    return b"".join(out)
-
-
-async def _is_stale(connection: Any) -> bool:
-    """True when an idle connection was closed by the server or holds unread data."""
-    # Older redis-py names the same check can_read_destructive.
-    check = getattr(connection, "can_read", None) or connection.can_read_destructive
-    try:
-        return bool(await check())
-    except (OSError, redis.exceptions.ConnectionError):
-        return True
-
-
-class _HeldConnections:
-    """Connections of a single server's pool kept by the transport for scripts.
-
-    A script's reply needs no parsing callback, so it is sent and read on a connection held
-    here instead of going through the client's ``execute_command``: the pool's checkout and
-    bookkeeping cost about a third of a round trip's CPU.  A connection whose exchange did not
-    end cleanly (a network error, a cancellation between request and reply) is dropped, never
-    reused with a reply pending; an error *reply* leaves it healthy.
-    """
-
-    def __init__(self, pool: Any, limit: int) -> None:
-        self._pool = pool
-        self._free: list[Any] = []
-        # At most `limit` connections (so commands in flight); a call finding none free and
-        # none to open waits for one to come back.
-        self._limit = limit
-        self._open = 0
-        self._waiting = 0
-        self._returned = anyio.Event()
-
-    async def _checkout(self) -> Any:
-        while not self._free and self._open >= self._limit:
-            self._waiting += 1
-            try:
-                await self._returned.wait()
-            finally:
-                self._waiting -= 1
-        if self._free:
-            return self._free.pop()
-        self._open += 1
-        return self._pool.make_connection()
-
-    def _checkin(self, connection: Any | None) -> None:
-        """Give a connection back (``None``: it was dropped)."""
-        if connection is None:
-            self._open -= 1
-        else:
-            self._free.append(connection)
-        if self._waiting:
-            self._returned.set()
-            self._returned = anyio.Event()
-
-    async def exchange(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
-        """Send ``commands`` in one write and read their replies in order (an error reply
-        is returned as its exception, not raised)."""
-        connection = await self._checkout()
-        try:
-            if connection.is_connected and await _is_stale(connection):
-                # The server closed it while it sat idle (a restart): connect afresh, as the
-                # client's own pool does, rather than fail a call on a dead socket.
-                await connection.disconnect()
-            await connection.send_packed_command(_pack(commands), check_health=False)
-            replies: list[Any] = []
-            for _ in commands:
-                try:
-                    replies.append(await connection.read_response())
-                except ResponseError as exc:
-                    replies.append(exc)
-        except BaseException as exc:
-            self._checkin(None)
-            with anyio.CancelScope(shield=True):
-                await connection.disconnect()
-                if isinstance(exc, (OSError, redis.exceptions.ConnectionError)):
-                    # The server went away: every idle connection to it is dead too, the
-                    # client pool's included (it does not always notice on checkout).
-                    await self.aclose()
-                    await self._pool.disconnect(inuse_connections=False)
-            raise
-        self._checkin(connection)
-        return replies
-
-    async def aclose(self) -> None:
-        connections, self._free = self._free, []
-        self._open -= len(connections)
-        for connection in connections:
-            await connection.disconnect()
-
-
 class AsyncioTransport(Transport):
     """redis-py's asyncio client (single server or cluster), on asyncio."""
 
@@ -473,7 +367,7 @@ class AsyncioTransport(Transport):
         # Bounds the commands in flight (and so the connections the pool opens).
         self._slots = _semaphore(POOL_SIZE)
         # A cluster client routes each call to its node itself; it keeps its own pools.
-        self._held = None if self.cluster else _HeldConnections(client.connection_pool, POOL_SIZE)
+        self._held = None if self.cluster else HeldWires(client.connection_pool, POOL_SIZE)
 
     async def command(self, *args: Any) -> Any:
         async with self._slots:
@@ -596,7 +490,7 @@ class AsyncioTransport(Transport):
         for waiter in waiters:
             await waiter.close()
         if self._held is not None:
-            await self._held.aclose()
+            self._held.close()
         if self.owned:
             close = getattr(self.client, "aclose", None) or self.client.close  # redis < 5.0.1
             await close()

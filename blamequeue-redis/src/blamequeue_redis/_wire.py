@@ -1,0 +1,307 @@
+"""RESP on connections the asyncio transport holds for its scripts (asyncio only).
+
+A script call is one request and one reply, so it needs none of what redis-py's connection does
+per command (its generic encoder, a coroutine per reply element, the stream reader's buffer
+and locking): about half of a single enqueue's client CPU went there.  So the transport lets
+redis-py open and set up a connection (TLS, AUTH, SELECT, client name: whatever the URL asks
+for), then takes its socket over: :class:`Wire` becomes the transport's protocol, writes the
+request packed in one buffer and parses replies (RESP2 or RESP3) as they arrive.
+
+The asyncio module is imported here on purpose: this is the asyncio transport's own I/O (the
+trio transport uses redis-py's sync client in worker threads).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import select
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import anyio
+import redis.exceptions
+from redis._parsers.base import BaseParser
+from redis.exceptions import ResponseError
+
+__all__ = ["HeldWires", "pack"]
+
+Decode = Callable[[bytes], Any] | None
+# redis-py's own mapping of error replies to its exceptions (NOSCRIPT -> NoScriptError ...).
+_parse_error: Callable[[str], Exception] = BaseParser.parse_error
+
+
+def pack(commands: Sequence[Sequence[Any]]) -> bytes:
+    """``commands`` in RESP, as one buffer.  The scripts' arguments are only text and numbers,
+    so this skips the general encoder of redis-py (a fifth of a single enqueue's CPU)."""
+    out: list[bytes] = []
+    for command in commands:
+        out.append(b"*%d\r\n" % len(command))
+        for arg in command:
+            if isinstance(arg, str):
+                data = arg.encode("utf-8", "surrogatepass")
+            elif isinstance(arg, bytes):
+                data = arg
+            elif isinstance(arg, (int, float)) and not isinstance(arg, bool):
+                data = repr(arg).encode("ascii")
+            else:
+                raise TypeError(f"a script argument must be text or a number, not {arg!r}")
+            out += (b"$%d\r\n" % len(data), data, b"\r\n")
+    return b"".join(out)
+
+
+class _Incomplete(Exception):
+    """The buffer ends before the reply does: wait for more bytes."""
+
+
+def _length_prefixed(buf: bytes, end: int, size: int) -> tuple[bytes, int]:
+    stop = end + 2 + size
+    if len(buf) < stop + 2:
+        raise _Incomplete
+    return buf[end + 2 : stop], stop + 2
+
+
+def _parse(buf: bytes, pos: int, decode: Decode) -> tuple[Any, int]:
+    """One reply starting at ``pos``: ``(value, position after it)``, typed as redis-py's own
+    parsers type it (RESP2, and RESP3, redis-py's default).  An error reply is returned as
+    redis-py's exception for it (``NoScriptError`` for ``NOSCRIPT`` ...)."""
+    end = buf.find(b"\r\n", pos)
+    if end < 0:
+        raise _Incomplete
+    kind = buf[pos]
+    line = buf[pos + 1 : end]
+    if kind == 36:  # $ bulk string
+        size = int(line)
+        if size < 0:
+            return None, end + 2
+        data, after = _length_prefixed(buf, end, size)
+        return (decode(data) if decode else data), after
+    if kind == 58 or kind == 40:  # : integer, ( big number
+        return int(line), end + 2
+    if kind == 42 or kind == 126 or kind == 62 or kind == 37 or kind == 124:
+        # * array, ~ set (a list, as redis-py gives it), > push, % map, | attribute
+        count = int(line)
+        if count < 0:
+            return None, end + 2
+        if kind == 37 or kind == 124:
+            count *= 2
+        pos = end + 2
+        items = []
+        for _ in range(count):
+            item, pos = _parse(buf, pos, decode)
+            items.append(item)
+        if kind == 62 or kind == 124:
+            # Out-of-band data (a push, attributes of the reply that follows): not a reply.
+            return _parse(buf, pos, decode)
+        if kind == 37:
+            return dict(zip(items[::2], items[1::2], strict=True)), pos
+        return items, pos
+    if kind == 95:  # _ null
+        return None, end + 2
+    if kind == 43:  # + simple string
+        return (decode(line) if decode else line), end + 2
+    if kind == 35:  # # boolean
+        return line == b"t", end + 2
+    if kind == 44:  # , double
+        return float(line), end + 2
+    if kind == 61:  # = verbatim string: "txt:" then the text
+        data, after = _length_prefixed(buf, end, int(line))
+        return (decode(data[4:]) if decode else data[4:]), after
+    if kind == 45:  # - error
+        return _parse_error(line.decode("utf-8", "replace")), end + 2
+    if kind == 33:  # ! blob error
+        data, after = _length_prefixed(buf, end, int(line))
+        return _parse_error(data.decode("utf-8", "replace")), after
+    raise redis.exceptions.InvalidResponse(f"unexpected reply type byte {chr(kind)!r}")
+
+
+def _decoder(connection: Any) -> Decode:
+    encoder = connection.encoder
+    if not encoder.decode_responses:
+        return None
+    encoding, errors = encoder.encoding, encoder.encoding_errors
+    return lambda data: data.decode(encoding, errors)
+
+
+class Wire:
+    """One connection taken over from redis-py: the asyncio protocol of its transport.
+
+    One exchange at a time (the caller holds the wire while it waits).  Bytes arriving with no
+    exchange waiting mean the connection is out of step (or the server closed it): the wire is
+    then stale and is never used again.
+    """
+
+    def __init__(self, connection: Any) -> None:
+        reader, writer = connection._reader, connection._writer
+        if reader is None or writer is None or len(reader._buffer):
+            raise redis.exceptions.ConnectionError("the connection is not ready to take over")
+        # Kept so that the stream objects (which close their transport when collected on newer
+        # Pythons) live as long as the wire does.
+        self._connection = connection
+        self._transport: Any = writer.transport
+        self._decode = _decoder(connection)
+        self._chunks: list[bytes] = []
+        self._replies: list[Any] = []
+        self._want = 0
+        self._waiter: asyncio.Future[list[Any]] | None = None
+        self.lost: BaseException | None = None
+        self._transport.set_protocol(self)
+
+    @property
+    def stale(self) -> bool:
+        """Closed, out of step, or (checked on the socket itself, as the event loop may not have
+        looked yet) readable while no reply is due: the server closed it (a restart)."""
+        if self.lost is not None or self._chunks or self._transport.is_closing():
+            return True
+        sock = self._transport.get_extra_info("socket")
+        if sock is None:
+            return False
+        poller = select.poll()
+        poller.register(sock.fileno(), select.POLLIN)
+        return bool(poller.poll(0))
+
+    async def exchange(self, packed: bytes, count: int) -> list[Any]:
+        """Send ``packed`` (``count`` commands) and return their ``count`` replies."""
+        waiter: asyncio.Future[list[Any]] = asyncio.get_running_loop().create_future()
+        self._waiter, self._want, self._replies = waiter, count, []
+        self._transport.write(packed)
+        return await waiter
+
+    def close(self) -> None:
+        """Close at once (a reply that may still come is never read)."""
+        self._transport.abort()
+        self._connection._reader = self._connection._writer = None
+
+    # -- asyncio protocol --------------------------------------------------------------------
+    def data_received(self, data: bytes) -> None:
+        self._chunks.append(data)
+        waiter = self._waiter
+        # A complete reply always ends with CRLF: parse only then (a long one comes in parts).
+        if waiter is None or not data.endswith(b"\r\n"):
+            return
+        buf = self._chunks[0] if len(self._chunks) == 1 else b"".join(self._chunks)
+        replies, pos = self._replies, 0
+        try:
+            while len(replies) < self._want:
+                item, pos = _parse(buf, pos, self._decode)
+                replies.append(item)
+        except _Incomplete:
+            self._chunks = [buf[pos:]] if pos < len(buf) else []
+            return
+        except Exception as exc:  # a malformed reply: the connection is out of step
+            self._waiter = None
+            self.lost = exc
+            if not waiter.done():
+                waiter.set_exception(exc)
+            return
+        self._chunks = [buf[pos:]] if pos < len(buf) else []
+        self._waiter = None
+        if not waiter.done():  # else cancelled: the caller closes the wire
+            waiter.set_result(replies)
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self.lost = exc or redis.exceptions.ConnectionError("Connection closed by server.")
+        waiter, self._waiter = self._waiter, None
+        if waiter is not None and not waiter.done():
+            error = redis.exceptions.ConnectionError(f"connection to Redis lost: {self.lost}")
+            waiter.set_exception(error)
+
+    def eof_received(self) -> bool:
+        return False  # close the transport: connection_lost follows
+
+    def pause_writing(self) -> None:
+        # One request per wire at a time: the transport buffers it whole.
+        pass
+
+    def resume_writing(self) -> None:
+        pass
+
+
+class HeldWires:
+    """Wires to a single server's pool kept by the transport for scripts, at most ``limit``.
+
+    A wire whose exchange did not end cleanly (a network error, a cancellation between request
+    and reply) is closed, never reused with a reply pending; an error *reply* leaves it
+    healthy.
+    """
+
+    def __init__(self, pool: Any, limit: int) -> None:
+        self._pool = pool
+        self._free: list[Wire] = []
+        # At most `limit` wires (so commands in flight); a call finding none free and none to
+        # open waits for one to come back.
+        self._limit = limit
+        self._open = 0
+        self._waiting = 0
+        self._returned = anyio.Event()
+
+    async def _checkout(self) -> Wire:
+        while True:
+            while not self._free and self._open >= self._limit:
+                self._waiting += 1
+                try:
+                    await self._returned.wait()
+                finally:
+                    self._waiting -= 1
+            if not self._free:
+                break
+            wire = self._free.pop()
+            if not wire.stale:
+                return wire
+            # The server closed it while it sat idle (a restart): connect afresh, as the
+            # client's own pool does, rather than fail a call on a dead socket.
+            wire.close()
+            self._open -= 1
+        self._open += 1
+        try:
+            connection = self._pool.make_connection()
+            await connection.connect()
+            return Wire(connection)
+        except BaseException:
+            self._checkin(None)
+            raise
+
+    def _checkin(self, wire: Wire | None) -> None:
+        """Give a wire back (``None``: it was closed)."""
+        if wire is None:
+            self._open -= 1
+        else:
+            self._free.append(wire)
+        if self._waiting:
+            self._returned.set()
+            self._returned = anyio.Event()
+
+    async def exchange(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
+        """Send ``commands`` in one write and read their replies in order (an error reply
+        is returned as its exception, not raised)."""
+        packed = pack(commands)
+        try:
+            wire = await self._checkout()
+        except (OSError, redis.exceptions.ConnectionError):
+            await self._server_gone()
+            raise
+        try:
+            replies = await wire.exchange(packed, len(commands))
+            for reply in replies:
+                if isinstance(reply, Exception) and not isinstance(reply, ResponseError):
+                    raise reply  # e.g. an authentication error: the connection is unusable
+        except BaseException as exc:
+            wire.close()
+            self._checkin(None)
+            if isinstance(exc, (OSError, redis.exceptions.ConnectionError)):
+                await self._server_gone()
+            raise
+        self._checkin(wire)
+        return replies
+
+    async def _server_gone(self) -> None:
+        """Every idle connection to a server that went away is dead too, the client pool's
+        included (it does not always notice on checkout)."""
+        self.close()
+        with anyio.CancelScope(shield=True):
+            await self._pool.disconnect(inuse_connections=False)
+
+    def close(self) -> None:
+        wires, self._free = self._free, []
+        self._open -= len(wires)
+        for wire in wires:
+            wire.close()

@@ -1,0 +1,155 @@
+"""Replies read by the transport's own connections (``_wire``) are what redis-py itself reads.
+
+On asyncio the transport sends scripts over connections it took over from redis-py and parses
+the replies itself; on trio the calls go through redis-py's sync client.  Either way a script's
+reply must come back exactly as redis-py's own parser types it, in RESP2 and in RESP3 (redis-py's
+default), whole however it arrives, and an idle connection the server closed must not fail the
+next call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import redis
+from redis.exceptions import NoScriptError, ResponseError
+
+from blamequeue._clock import SystemClock
+from blamequeue.abc import BackendContext
+from blamequeue_redis import RedisBackend
+from blamequeue_redis._scripts import Script
+from blamequeue_redis._transport import Transport
+from blamequeue_redis._wire import _Incomplete, _parse
+
+pytestmark = pytest.mark.anyio
+
+_TYPED = Script(
+    "typed",
+    """
+if ARGV[1] == '3' then redis.setresp(3) end
+redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[1], 'a', '1', 'b', 'two')
+return {
+  1, -7, 3.9, 'text', '', false, true,
+  {},
+  {'nested', {2, 'deeper'}},
+  redis.status_reply('FINE'),
+  redis.call('HGETALL', KEYS[1]),
+  {map = {k = 'v'}},
+  {double = 1.5},
+  'caf\\195\\169 \\226\\130\\172',
+}
+""",
+)
+_ECHO = Script("echo", "return ARGV[1]")
+_NIL = Script("nil", "return nil")
+_FAILS = Script("fails", "return redis.error_reply('BOOM the script said no')")
+
+
+@pytest.fixture(params=["2", "3"], ids=["resp2", "resp3"])
+async def transport(redis_url: str, request: pytest.FixtureRequest) -> AsyncIterator[Transport]:
+    url = f"{redis_url}?protocol={request.param}"
+    backend = RedisBackend({"url": url}, BackendContext(name="r", clock=SystemClock()))
+    await backend.open()
+    try:
+        yield backend._require()
+    finally:
+        await backend.close()
+
+
+async def _as_redis_py_reads_it(transport: Transport, script: Script, args: list[Any]) -> Any:
+    return await transport.command("EVALSHA", script.sha, 1, "{t}h", *args)
+
+
+@pytest.mark.parametrize("script_resp", ["2", "3"])
+async def test_every_reply_type_comes_back_as_redis_py_types_it(
+    transport: Transport, script_resp: str
+) -> None:
+    got = await transport.script(_TYPED, ["{t}h"], [script_resp])
+    assert got == await _as_redis_py_reads_it(transport, _TYPED, [script_resp])
+    assert got[:8] == [1, -7, 3, "text", "", got[5], got[6], []]
+    assert got[-1] == "café €"
+
+
+@pytest.mark.parametrize("size", [0, 1, 70_000, 3_000_000])
+async def test_a_reply_is_read_whole_however_many_pieces_it_arrives_in(
+    transport: Transport, size: int
+) -> None:
+    text = ("0123456789\r\n" * (size // 12 + 1))[:size]
+    assert await transport.script(_ECHO, ["{t}h"], [text]) == text
+    assert await transport.script(_NIL, ["{t}h"], []) is None
+
+
+async def test_an_error_reply_is_raised_and_the_next_call_is_answered(
+    transport: Transport,
+) -> None:
+    with pytest.raises(ResponseError, match="BOOM the script said no"):
+        await transport.scripts(
+            [(_ECHO, ["{t}h"], ["first"]), (_FAILS, ["{t}h"], []), (_ECHO, ["{t}h"], ["x"])]
+        )
+    assert await transport.script(_ECHO, ["{t}h"], ["after"]) == "after"
+
+
+async def test_an_idle_connection_the_server_closed_does_not_fail_the_next_call(
+    transport: Transport, redis_client: redis.Redis
+) -> None:
+    assert await transport.script(_ECHO, ["{t}h"], ["before"]) == "before"
+    # What a server restart does to every idle connection, without the restart.
+    assert redis_client.client_kill_filter(_type="normal", skipme=True) >= 1
+    assert await transport.script(_ECHO, ["{t}h"], ["after"]) == "after"
+
+
+# -- the parser on its own ------------------------------------------------------------------
+def _text(data: bytes) -> str:
+    return data.decode("utf-8")
+
+
+_REPLIES: list[tuple[bytes, Any]] = [
+    (b"+OK\r\n", "OK"),
+    (b"$5\r\nhe\r\no\r\n", "he\r\no"),
+    (b"$0\r\n\r\n", ""),
+    (b"$-1\r\n", None),
+    (b"*-1\r\n", None),
+    (b"_\r\n", None),
+    (b":-42\r\n", -42),
+    (b"(12345678901234567890123\r\n", 12345678901234567890123),
+    (b",2.5\r\n", 2.5),
+    (b"#t\r\n", True),
+    (b"#f\r\n", False),
+    (b"=8\r\ntxt:four\r\n", "four"),
+    (b"*3\r\n:1\r\n*1\r\n$1\r\nx\r\n_\r\n", [1, ["x"], None]),
+    (b"~2\r\n+a\r\n+b\r\n", ["a", "b"]),
+    (b"%2\r\n+k\r\n:1\r\n+m\r\n*0\r\n", {"k": 1, "m": []}),
+    # Out of band: a push message before the reply, attributes of the reply.
+    (b">2\r\n+invalidate\r\n*1\r\n+key\r\n:7\r\n", 7),
+    (b"|1\r\n+ttl\r\n:3600\r\n$5\r\nvalue\r\n", "value"),
+]
+
+
+@pytest.mark.parametrize(("raw", "value"), _REPLIES)
+def test_each_reply_type_is_parsed_and_needs_every_byte(raw: bytes, value: Any) -> None:
+    assert _parse(raw, 0, _text) == (value, len(raw))
+    assert _parse(b"junk" + raw + b"+next\r\n", 4, _text) == (value, 4 + len(raw))
+    for cut in range(len(raw)):
+        with pytest.raises(_Incomplete):
+            _parse(raw[:cut], 0, _text)
+
+
+def test_replies_stay_bytes_when_the_client_does_not_decode() -> None:
+    assert _parse(b"*2\r\n$2\r\nab\r\n+OK\r\n", 0, None) == ([b"ab", b"OK"], 17)
+
+
+def test_error_replies_become_redis_py_exceptions() -> None:
+    error, end = _parse(b"-NOSCRIPT No matching script.\r\n", 0, _text)
+    assert isinstance(error, NoScriptError)
+    assert end == 31
+    error, _ = _parse(b"!21\r\nSYNTAX invalid syntax\r\n", 0, _text)
+    assert isinstance(error, ResponseError)
+    assert str(error) == "SYNTAX invalid syntax"
+
+
+def test_an_unknown_type_byte_is_a_protocol_error() -> None:
+    with pytest.raises(redis.exceptions.InvalidResponse, match="type byte '@'"):
+        _parse(b"@1\r\n", 0, _text)
