@@ -61,9 +61,7 @@ async def test_consumer_rides_out_a_server_restart() -> None:
             await queue.enqueue("q", "before")
             # Settled, not only run: a settlement still on its way when the server stops
             # would fail, and the job would come back after its lease.
-            await until(
-                lambda: consumer.stats.succeeded == 1, "the job enqueued before the outage"
-            )
+            await until(lambda: consumer.stats.succeeded == 1, "the job enqueued before the outage")
             assert seen == ["before"]
 
             server.stop()
