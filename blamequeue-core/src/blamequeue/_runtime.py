@@ -3,8 +3,9 @@ applies around it (retry + breaker, backoff, attempts, retention, codec, same-pr
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
 import anyio
@@ -48,6 +49,7 @@ class BackendRuntime:
     clock: Clock
     seal: SealPlan | None = None
     _wake: dict[str, anyio.Event] = attrs.field(factory=dict, init=False)
+    _wake_scopes: dict[str, set[anyio.CancelScope]] = attrs.field(factory=dict, init=False)
     metrics: MetricsBuffer = attrs.field(factory=MetricsBuffer, init=False)
     events: EventBus = attrs.field(factory=EventBus, init=False)
     """The listeners of the queue this runtime belongs to (the queue sets its own bus)."""
@@ -85,6 +87,21 @@ class BackendRuntime:
         event = self._wake.pop(queue, None)
         if event is not None:
             event.set()
+        for scope in self._wake_scopes.pop(queue, ()):
+            scope.cancel()
+
+    @contextlib.contextmanager
+    def cancelled_on_wake(self, queue: str, scope: anyio.CancelScope) -> Iterator[None]:
+        """While inside, the next same-process :meth:`notify` of ``queue`` cancels ``scope``
+        (an idle wait that needs no task to watch the wake event)."""
+        scopes = self._wake_scopes.setdefault(queue, set())
+        scopes.add(scope)
+        try:
+            yield
+        finally:
+            scopes.discard(scope)
+            if not scopes and self._wake_scopes.get(queue) is scopes:
+                del self._wake_scopes[queue]
 
     async def breaker_changed(self, state: str) -> None:
         await self.auditor.emit(
