@@ -9,8 +9,9 @@ from typing import ClassVar
 import anyio
 import pytest
 
-from blamequeue import Job, JobContext, Queue
+from blamequeue import Job, JobContext, Queue, RateLimit
 from blamequeue._plugins import Registration, load_registry
+from blamequeue.abc import Lease
 from blamequeue_testing._memory import MemoryBackend
 
 pytestmark = pytest.mark.anyio
@@ -29,6 +30,25 @@ class DeafBackend(MemoryBackend):
         await anyio.sleep(timeout)
 
 
+class LeasingWaitBackend(MemoryBackend):
+    """Leases as its wait ends (what redis does in one exchange), and says how often."""
+
+    protocol = "leasing-wait-memory"
+    leased_by_wait: ClassVar[list[str]] = []
+    limits_seen: ClassVar[list[int]] = []
+
+    async def wait_and_lease(
+        self, queue: str, *, timeout: float, limit: int, now: float, lease_seconds: float
+    ) -> list[Lease] | None:
+        LeasingWaitBackend.limits_seen.append(limit)
+        await self.wait_for_work(queue, timeout=timeout)
+        leases = await self.lease(
+            queue, limit=limit, now=self.context.clock.now(), lease_seconds=lease_seconds
+        )
+        LeasingWaitBackend.leased_by_wait += [lease.job.id for lease in leases]
+        return leases
+
+
 class BrokenWaitBackend(DeafBackend):
     protocol = "broken-wait-memory"
 
@@ -39,13 +59,15 @@ class BrokenWaitBackend(DeafBackend):
 
 @pytest.fixture(autouse=True)
 def registered(monkeypatch: pytest.MonkeyPatch) -> None:
-    for backend in (DeafBackend, BrokenWaitBackend):
+    for backend in (DeafBackend, BrokenWaitBackend, LeasingWaitBackend):
         monkeypatch.setitem(
             load_registry().protocols,
             backend.protocol,
             Registration(value=backend, plugin="tests"),
         )
     monkeypatch.setattr(DeafBackend, "waits", 0)
+    monkeypatch.setattr(LeasingWaitBackend, "leased_by_wait", [])
+    monkeypatch.setattr(LeasingWaitBackend, "limits_seen", [])
 
 
 async def test_a_same_process_enqueue_wakes_an_idle_consumer_long_before_its_poll() -> None:
@@ -99,3 +121,45 @@ async def test_a_failing_wait_means_polling_on_time_not_spinning() -> None:
         await consumer.wait_stopped()
     # About one wait per poll interval (10 in 0.5 s); a spinning loop would make thousands.
     assert 1 <= DeafBackend.waits <= 40
+
+
+async def test_jobs_an_idle_wait_leased_as_it_ended_are_run() -> None:
+    ran: list[int] = []
+    config = {"protocol": "leasing-wait-memory", "namespace": "idle-lease"}
+
+    async def handler(job: Job, ctx: JobContext) -> None:
+        ran.append(job.payload["n"])
+
+    # The producer is another queue on the same store (as another process would be): its
+    # enqueues wake the consumer through the backend's wait, not the core's same-process call.
+    async with Queue(backends={"m": config}) as worker, Queue(backends={"m": config}) as producer:
+        consumer = await worker.consume("q", handler, concurrency=4, poll_interval=3600.0)
+        with anyio.fail_after(SAFETY_NET):
+            for n in range(3):
+                while not LeasingWaitBackend.limits_seen:  # noqa: ASYNC110 - the consumer's task
+                    await anyio.sleep(0.001)
+                await producer.enqueue("q", {"n": n})
+                while len(ran) <= n:  # noqa: ASYNC110 - the consumer's own task
+                    await anyio.sleep(0.001)
+        consumer.cancel()
+        await consumer.wait_stopped()
+        assert consumer.stats.leased == 3
+    assert ran == [0, 1, 2]
+    assert len(LeasingWaitBackend.leased_by_wait) == 3
+    assert set(LeasingWaitBackend.limits_seen) <= {1, 2, 3, 4}
+
+
+async def test_under_fleet_limits_an_idle_wait_only_waits() -> None:
+    config = {"protocol": "leasing-wait-memory", "namespace": "idle-limits"}
+
+    async def handler(job: Job, ctx: JobContext) -> None:
+        pass
+
+    async with Queue(backends={"m": config}) as queue:
+        consumer = await queue.consume(
+            "q", handler, poll_interval=0.02, rate_limit=RateLimit(max=100, per_seconds=1.0)
+        )
+        await anyio.sleep(0.2)
+        consumer.cancel()
+        await consumer.wait_stopped()
+    assert LeasingWaitBackend.limits_seen == []

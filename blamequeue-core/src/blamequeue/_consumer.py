@@ -25,7 +25,7 @@ from ._models import RateLimit
 from ._pause import PAUSE_CHECK, is_paused
 from ._presence import Presence
 from ._runtime import BackendRuntime
-from .abc import LeaseLimits
+from .abc import Lease, LeaseLimits
 from .errors import QueueError
 
 __all__ = ["Consumer", "ConsumerStats"]
@@ -256,8 +256,9 @@ class Consumer:
                 continue
             self._lease_errors = 0
             if not leases:
-                await self._idle(wake, asked_at, self._empty_wait)
-                continue
+                leases = await self._idle(wake, asked_at, self._empty_wait, self._wait_lease(limit))
+                if not leases:
+                    continue
             self._held += len(leases)
             self.stats.leased += len(leases)
             if self._rate_limit is not None:
@@ -265,7 +266,12 @@ class Consumer:
             self._dispatch([Attempt.start(lease) for lease in leases])
             if len(leases) < limit:
                 # The queue looked drained; give producers a moment (an enqueue here wakes us).
-                await self._idle(wake, asked_at, self._fast_poll)
+                more = self._wait_lease(min(self.concurrency - self._held, self._lease_chunk))
+                taken = await self._idle(wake, asked_at, self._fast_poll, more)
+                if taken:
+                    self._held += len(taken)
+                    self.stats.leased += len(taken)
+                    self._dispatch([Attempt.start(lease) for lease in taken])
             elif self._held >= self.concurrency:
                 await anyio.lowlevel.checkpoint()
             # Else ask for the next half before the handlers of this one start: the lease's
@@ -299,22 +305,34 @@ class Consumer:
                 return min(free, allowed)
             await clock.sleep(self._starts[0] + limit.per_seconds - now)
 
-    async def _idle(self, wake: anyio.Event, asked_at: float, timeout: float) -> None:
+    def _wait_lease(self, free: int) -> int:
+        """How many jobs an idle wait may lease as it ends (0: it only waits).  Not under
+        fleet or rate limits, whose lease is a call of its own."""
+        if self._limits is not None or self._rate_limit is not None:
+            return 0
+        return max(0, free)
+
+    async def _idle(
+        self, wake: anyio.Event, asked_at: float, timeout: float, lease: int = 0
+    ) -> list[Lease]:
         """Wait ``timeout`` after the lease asked at ``asked_at``, or less if work may be due.
 
         Measured from ``asked_at``, not from now: if the clock moved while the empty lease was
         in flight (a virtual clock advanced by a test, a slow round trip), jobs that became due
         meanwhile are leased at once instead of one poll later.
+
+        With ``lease`` > 0, on real time, the backend may lease up to that many jobs the moment
+        its wait ends (:meth:`Backend.wait_and_lease`); they are returned.
         """
         if wake.is_set():
-            return
+            return []
         runtime = self._runtime
         clock = runtime.clock
         deadline = asked_at + timeout
         remaining = deadline - clock.now()
         if remaining <= 0:
             await anyio.lowlevel.checkpoint()
-            return
+            return []
         timeout = remaining
         if type(clock) is SystemClock:
             # Real time: a deadline and a wake-up cancel the backend's wait in this very task,
@@ -324,12 +342,22 @@ class Consumer:
                 anyio.move_on_after(timeout) as scope,
                 runtime.cancelled_on_wake(self.queue_name, scope),
             ):
+                backend = runtime.backend
                 try:
-                    await runtime.backend.wait_for_work(self.queue_name, timeout=timeout)
+                    if lease > 0:
+                        taken = await backend.wait_and_lease(
+                            self.queue_name,
+                            timeout=timeout,
+                            limit=lease,
+                            now=clock.now(),
+                            lease_seconds=self.lease,
+                        )
+                        return taken or []
+                    await backend.wait_for_work(self.queue_name, timeout=timeout)
                 except Exception as exc:
                     log.debug("waiting for work on %r failed: %r", runtime.name, exc)
                     await anyio.sleep(timeout)
-            return
+            return []
 
         async def until_deadline() -> None:
             # Measured when this task actually starts: the clock may move before it does.
@@ -356,6 +384,7 @@ class Consumer:
 
             for wait in waits:
                 tg.start_soon(first, wait)
+        return []
 
     async def _execute(self, attempt: Attempt) -> None:
         job_id = attempt.job.id

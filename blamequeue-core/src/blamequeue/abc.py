@@ -625,6 +625,22 @@ class Backend(abc.ABC):
 
         await anyio.sleep(timeout)
 
+    async def wait_and_lease(
+        self, queue: str, *, timeout: float, limit: int, now: float, lease_seconds: float
+    ) -> list[Lease] | None:
+        """:meth:`wait_for_work`, then, when work came, :meth:`lease` in the same exchange with
+        the store, as it would have leased at the moment the wait ended: an idle consumer on a
+        server backend gets its jobs without a round trip of its own.  ``now`` is the caller's
+        clock when it starts waiting; the lease happens at that clock moved on by the time the
+        wait took (a backend may read its context's clock again as it sends the wait).
+
+        ``None``: the backend only waited (the default: :meth:`wait_for_work`); the caller
+        leases itself.  A list (maybe empty): what was leased.  When the caller is cancelled,
+        nothing stays leased to it: the backend gives back what the wait may have taken.
+        """
+        await self.wait_for_work(queue, timeout=timeout)
+        return None
+
     # -- results and progress (only with Capabilities.results / progress_events) -------------
     @contextlib.asynccontextmanager
     async def watch_job(self, job_id: str) -> AsyncIterator[JobWatch]:

@@ -71,12 +71,14 @@ from blamequeue_redis._scripts import (
     FLOW_JOBS,
     GET_JOB,
     LEASE,
+    LEASE_AFTER_WAIT,
     LIST_JOBS,
     PURGE,
     SCRIPTS,
     SETTLE,
     SIZE,
     SWEEP,
+    WAIT_MARK,
     WORKER_BEAT,
     WORKER_GONE,
     WORKER_LIST,
@@ -109,6 +111,8 @@ _QUEUES_PER_PIPELINE: Final = 500
 #: Tokens are ``<16 hex digits>:<queue name>``: a settlement names only its job and token, and
 #: the token says which queue's script must check it.
 _TOKEN_HEX: Final = 16
+#: How long a wait's mark key outlives the wait (a consumer that died mid-wait leaves it).
+_MARK_SLACK: Final = 60.0
 
 
 def _redacted(url: str) -> str:
@@ -186,6 +190,17 @@ def _stored(queue: str, row: list[Any]) -> StoredJob:
         group_key=_opt(row[16]) if len(row) > 16 else None,
         result=_opt(row[17]) if len(row) > 17 else None,
     )
+
+
+def _leases_after_wait(queue: str, token: str, reply: Any) -> list[Lease]:
+    """The leases in ``LEASE_AFTER_WAIT``'s reply: ``[rows (JSON), expires_at]``."""
+    rows, expires = reply
+    if not _text(rows):
+        return []
+    expires_at = float(_text(expires))
+    return [
+        Lease(job=_stored(queue, row), token=token, expires_at=expires_at) for row in _rows(rows)
+    ]
 
 
 def _enqueue_row(job: NewJob, optional: Sequence[str] = ()) -> tuple[Any, ...]:
@@ -624,6 +639,48 @@ class RedisBackend(Backend):
             return
         keys, _ = self._keys(queue)
         await self._guard(transport.wait(keys.signal, max(0.0, timeout)))
+
+    async def wait_and_lease(
+        self, queue: str, *, timeout: float, limit: int, now: float, lease_seconds: float
+    ) -> list[Lease] | None:
+        """The blocking wait of :meth:`wait_for_work` and the lease in one exchange: Redis runs
+        the lease the moment the wait takes a wake token (see ``LEASE_AFTER_WAIT``)."""
+        transport = self._transport
+        if transport is None or limit <= 0:
+            await self.wait_for_work(queue, timeout=timeout)
+            return None
+        keys, _ = self._keys(queue)
+        secret = secrets.token_hex(_TOKEN_HEX // 2)
+        token = f"{secret}:{queue}"
+        mark = f"{keys.base}wake:{secret}"
+        ttl_ms = int((max(0.0, timeout) + _MARK_SLACK) * 1000)
+        before = self._call(WAIT_MARK, queue, (mark, ttl_ms))
+        clock = self.context.clock
+
+        def after() -> ScriptCall:
+            # The lease's clock: ours as the wait is sent (`now` is older: on trio the sending
+            # happens in a worker thread), moved on by the time the wait took.
+            sent_at = clock.now()
+            return self._call(LEASE_AFTER_WAIT, queue, (sent_at, limit, token, lease_seconds, mark))
+
+        async def give_back(reply: Any) -> None:
+            leases = _leases_after_wait(queue, token, reply)
+            if leases:
+                at = self.context.clock.now()
+                await self.settle(
+                    [
+                        Settlement(job_id=lease.job.id, token=token, outcome="release", at=at)
+                        for lease in leases
+                    ],
+                    now=at,
+                )
+
+        reply = await self._guard(
+            transport.wait_between(keys.signal, mark, max(0.0, timeout), before, after, give_back)
+        )
+        if reply is None:
+            return None
+        return _leases_after_wait(queue, token, reply)
 
     # -- results and progress ----------------------------------------------------------------
     @contextlib.asynccontextmanager

@@ -41,6 +41,7 @@ __all__ = [
     "FLOW_JOBS",
     "GET_JOB",
     "LEASE",
+    "LEASE_AFTER_WAIT",
     "LIST_JOBS",
     "PURGE",
     "ROW_FIELDS",
@@ -48,6 +49,7 @@ __all__ = [
     "SETTLE",
     "SIZE",
     "SWEEP",
+    "WAIT_MARK",
     "WAKE_TOKENS",
     "WORKER_BEAT",
     "WORKER_GONE",
@@ -359,52 +361,102 @@ end
     + ENQUEUE.source.removeprefix(PRELUDE),
 )
 
-# ARGV: base, now, limit, token, expires_at.  Returns the leased rows (JSON) in lease order.
-LEASE: Final = _script(
-    "lease",
-    """
-local now, limit, token, expires = ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5]
-local nnow = tonumber(now)
-local due = redis.call('ZRANGEBYSCORE', K_DELAYED, '-inf', now)
-if #due > 0 then
-  redis.call('ZREMRANGEBYSCORE', K_DELAYED, '-inf', now)
-  for _, id in ipairs(due) do
-    local f = redis.call('HMGET', jkey(id), 'priority', 'available_at', 'seq')
-    if f[1] then make_ready(id, f[2], f[1], f[3]) end
+# Lease up to `limit` due jobs at `now` (a decimal string) under `token` until `expires`:
+# promote the delayed jobs that came due, then take the ready ones in lease order.  Returns
+# the leased rows.
+_LEASE_DUE = """
+local function lease_due(now, limit, token, expires)
+  local nnow = tonumber(now)
+  local due = redis.call('ZRANGEBYSCORE', K_DELAYED, '-inf', now)
+  if #due > 0 then
+    redis.call('ZREMRANGEBYSCORE', K_DELAYED, '-inf', now)
+    for _, id in ipairs(due) do
+      local f = redis.call('HMGET', jkey(id), 'priority', 'available_at', 'seq')
+      if f[1] then make_ready(id, f[2], f[1], f[3]) end
+    end
+    flush()
   end
-  flush()
-end
-local out = {}
-local inflight = {}
-while #out < limit do
-  local members = redis.call('ZRANGE', K_READY, 0, limit - #out - 1)
-  if #members == 0 then break end
-  redis.call('ZREMRANGEBYRANK', K_READY, 0, #members - 1)
-  for _, m in ipairs(members) do
-    local id = string.sub(m, 33)
-    local key = jkey(id)
-    local f = redis.call('HMGET', key, unpack(ROW))
-    if f[1] == 'pending' then
-      if tonumber(f[7]) > nnow then
-        -- Due by a clock ahead of ours (another process): not yet for us.
-        pend(id, f[7], f[3], f[15], now)
-      else
-        local attempts = tonumber(f[4]) + 1
-        redis.call('HSET', key, 'state', 'inflight', 'attempts', attempts, 'token', token,
-          'expires_at', expires)
-        move(id, f[15], 'pending', 'inflight')
-        inflight[#inflight + 1] = expires
-        inflight[#inflight + 1] = id
-        f[1] = 'inflight'
-        f[4] = tostring(attempts)
-        out[#out + 1] = row(id, f)
+  local out = {}
+  local inflight = {}
+  while #out < limit do
+    local members = redis.call('ZRANGE', K_READY, 0, limit - #out - 1)
+    if #members == 0 then break end
+    redis.call('ZREMRANGEBYRANK', K_READY, 0, #members - 1)
+    for _, m in ipairs(members) do
+      local id = string.sub(m, 33)
+      local key = jkey(id)
+      local f = redis.call('HMGET', key, unpack(ROW))
+      if f[1] == 'pending' then
+        if tonumber(f[7]) > nnow then
+          -- Due by a clock ahead of ours (another process): not yet for us.
+          pend(id, f[7], f[3], f[15], now)
+        else
+          local attempts = tonumber(f[4]) + 1
+          redis.call('HSET', key, 'state', 'inflight', 'attempts', attempts, 'token', token,
+            'expires_at', expires)
+          move(id, f[15], 'pending', 'inflight')
+          inflight[#inflight + 1] = expires
+          inflight[#inflight + 1] = id
+          f[1] = 'inflight'
+          f[4] = tostring(attempts)
+          out[#out + 1] = row(id, f)
+        end
       end
     end
   end
+  flush()
+  bulk('ZADD', K_INFLIGHT, inflight)
+  return out
 end
-flush()
-bulk('ZADD', K_INFLIGHT, inflight)
-return encode(out)
+"""
+
+# ARGV: base, now, limit, token, expires_at.  Returns the leased rows (JSON) in lease order.
+LEASE: Final = _script(
+    "lease",
+    _LEASE_DUE
+    + """
+return encode(lease_due(ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5]))
+""",
+)
+
+# Leasing in the same exchange as an idle consumer's blocking wait.  The consumer's connection
+# sends, in one write: WAIT_MARK, `BLMOVE <signal> <mark> LEFT RIGHT <timeout>`, LEASE_AFTER_WAIT.
+# Redis holds the last command until the BLMOVE returns, then runs it at once: a woken consumer
+# gets its jobs without a round trip of its own.
+#
+# WAIT_MARK.  ARGV: base, the mark key (`<base>wake:<token>`), its TTL in milliseconds.  Starts
+# the mark list with the server's time (so that LEASE_AFTER_WAIT knows how long the wait took);
+# the BLMOVE appends the wake token it took, if any.  The TTL outlives the wait: a consumer
+# that dies meanwhile leaves nothing behind for good.
+WAIT_MARK: Final = _script(
+    "wait_mark",
+    """
+local t = redis.call('TIME')
+redis.call('DEL', ARGV[2])
+redis.call('RPUSH', ARGV[2], t[1] .. '.' .. string.format('%06d', tonumber(t[2])))
+redis.call('PEXPIRE', ARGV[2], ARGV[3])
+return 1
+""",
+)
+
+# LEASE_AFTER_WAIT.  ARGV: base, the caller's clock when it sent the wait, limit, token, lease
+# seconds, the mark key.  When the wait took a wake token, lease as LEASE would at the caller's
+# clock moved on by the time the wait took (by the server's clock, the one clock both ends of
+# the wait were read on), and return {rows (JSON), expires_at}; else {'', ''}.
+LEASE_AFTER_WAIT: Final = _script(
+    "lease_after_wait",
+    _LEASE_DUE
+    + """
+local mark = redis.call('LRANGE', ARGV[6], 0, -1)
+redis.call('DEL', ARGV[6])
+if #mark < 2 then return {'', ''} end
+local t = redis.call('TIME')
+local waited = tonumber(t[1]) + tonumber(t[2]) / 1000000 - tonumber(mark[1])
+if waited < 0 then waited = 0 end
+local now = tonumber(ARGV[2]) + waited
+local expires = string.format('%.17g', now + tonumber(ARGV[5]))
+return {encode(lease_due(string.format('%.17g', now), tonumber(ARGV[3]), ARGV[4], expires)),
+  expires}
 """,
 )
 
@@ -823,6 +875,8 @@ SCRIPTS: Final = (
     CANCEL,
     ENQUEUE,
     LEASE,
+    WAIT_MARK,
+    LEASE_AFTER_WAIT,
     SETTLE,
     EXTEND,
     SWEEP,

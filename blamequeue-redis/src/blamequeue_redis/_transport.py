@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import abc
 import functools
+import logging
 import socket
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final, TypeVar
@@ -39,7 +40,7 @@ import redis.asyncio.retry
 import redis.cluster
 import redis.retry
 from redis.backoff import NoBackoff
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoScriptError, ResponseError
 
 from blamequeue_redis._scripts import Script
 from blamequeue_redis._wire import HeldWires
@@ -58,6 +59,7 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+log = logging.getLogger("blamequeue")
 
 #: Connections a transport keeps for commands (and worker threads it uses at once).
 POOL_SIZE: Final = 16
@@ -179,11 +181,14 @@ def _blpop_timeout(seconds: float) -> str | None:
 
 
 async def _run_unblockable(
-    pop: Callable[[], Awaitable[T]], unblock: Callable[[], Awaitable[object]]
+    pop: Callable[[], Awaitable[T]],
+    unblock: Callable[[], Awaitable[object]],
+    abandoned: Callable[[T], Awaitable[None]] | None = None,
 ) -> T:
-    """Run ``pop`` (a BLPOP) shielded from cancellation; when the caller is cancelled, end the
-    pop early through ``unblock`` (CLIENT UNBLOCK from another connection), wait for it, and
-    let the cancellation go on.  The pop's connection is never abandoned mid-reply."""
+    """Run ``pop`` (a blocking pop) shielded from cancellation; when the caller is cancelled,
+    end the pop early through ``unblock`` (CLIENT UNBLOCK from another connection), wait for
+    it, hand what it returned to ``abandoned`` (the caller will never see it), and let the
+    cancellation go on.  The pop's connection is never abandoned mid-reply."""
     finished = anyio.Event()
     outcome: list[T] = []
     failure: list[Exception] = []
@@ -212,6 +217,11 @@ async def _run_unblockable(
                         break  # the pop then ends at its own timeout
                     with anyio.move_on_after(_UNBLOCK_PAUSE):
                         await finished.wait()
+                if abandoned is not None and outcome:
+                    try:
+                        await abandoned(outcome[0])
+                    except Exception as exc:
+                        log.warning("could not hand back what a cancelled wait took: %r", exc)
             raise
     if failure:
         raise failure[0]
@@ -316,6 +326,37 @@ class Transport(abc.ABC):
         """BLPOP ``key`` for up to ``timeout`` seconds; True when a token came."""
 
     @abc.abstractmethod
+    async def wait_between(
+        self,
+        key: str,
+        into: str,
+        timeout: float,
+        before: ScriptCall,
+        after: Callable[[], ScriptCall],
+        abandoned: Callable[[Any], Awaitable[None]],
+    ) -> Any:
+        """In one exchange on a waiting connection: ``before``, ``BLMOVE key into`` for up to
+        ``timeout`` seconds, then the script ``after()`` makes as the exchange is sent (Redis
+        runs it the moment the wait ends); that script's reply.  ``None`` when nothing was sent
+        (a wait under a millisecond) or the server had forgotten the scripts (loaded again,
+        ``into`` deleted).  When the caller is cancelled, the wait is ended early and the
+        script's reply goes to ``abandoned``."""
+
+    async def _between_reply(
+        self, into: str, calls: Sequence[ScriptCall], replies: list[Any]
+    ) -> Any:
+        """``after``'s reply from the three of :meth:`wait_between`, or ``None`` after loading
+        the scripts a server forgot (a restart, ``SCRIPT FLUSH``)."""
+        if any(isinstance(reply, NoScriptError) for reply in replies):
+            await self.load([script for script, _keys, _args in calls])
+            await self.command("DEL", into)  # a token the wait may have moved there
+            return None
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
+        return replies[2]
+
+    @abc.abstractmethod
     async def aclose(self) -> None:
         """Close what the transport opened; never a client it was handed."""
 
@@ -326,6 +367,22 @@ def _evalsha(script: Script, keys: Sequence[str], args: Sequence[Any]) -> tuple[
 
 def _eval(script: Script, keys: Sequence[str], args: Sequence[Any]) -> tuple[Any, ...]:
     return ("EVAL", script.source, len(keys), *keys, *args)
+
+
+def _between(
+    key: str, into: str, timeout: str, before: ScriptCall, after: ScriptCall
+) -> list[tuple[Any, ...]]:
+    return [_evalsha(*before), ("BLMOVE", key, into, "LEFT", "RIGHT", timeout), _evalsha(*after)]
+
+
+def _abandoned_after(
+    abandoned: Callable[[Any], Awaitable[None]],
+) -> Callable[[list[Any]], Awaitable[None]]:
+    async def hand_back(replies: list[Any]) -> None:
+        if not isinstance(replies[2], Exception):
+            await abandoned(replies[2])
+
+    return hand_back
 
 
 # -- asyncio ---------------------------------------------------------------------------------
@@ -342,9 +399,19 @@ class _AsyncWaiter:
         await self.connection.send_command("CLIENT", "ID")
         self.client_id = int(await self.connection.read_response())
 
-    async def pop(self, key: str, timeout: str) -> bool:
-        await self.connection.send_command("BLPOP", key, timeout)
-        return await self.connection.read_response() is not None
+    async def exchange(self, make: Callable[[], Sequence[Sequence[Any]]]) -> list[Any]:
+        """Send the commands ``make`` returns (called at the last moment: they may carry the
+        time they are sent) in one write; their replies (an error reply as its exception)."""
+        commands = make()
+        packed = self.connection.pack_commands(commands)
+        await self.connection.send_packed_command(packed, check_health=False)
+        replies: list[Any] = []
+        for _ in commands:
+            try:
+                replies.append(await self.connection.read_response())
+            except ResponseError as exc:
+                replies.append(exc)
+        return replies
 
     async def close(self) -> None:
         await self.connection.disconnect()
@@ -435,10 +502,14 @@ class AsyncioTransport(Transport):
         """(pool name, node, factory of a new dedicated connection) for waits on ``key``."""
         if self.cluster:
             node = self.client.get_node_from_key(key)
-            kwargs = {**node.connection_kwargs, "socket_timeout": MAX_BLOCK + SOCKET_TIMEOUT}
-            factory = functools.partial(
-                node.connection_class, host=node.host, port=node.port, **kwargs
-            )
+            # The node's kwargs name its host and port too (redis-py >= 6).
+            kwargs = {
+                **node.connection_kwargs,
+                "host": node.host,
+                "port": node.port,
+                "socket_timeout": MAX_BLOCK + SOCKET_TIMEOUT,
+            }
+            factory = functools.partial(node.connection_class, **kwargs)
             return node.name, node, factory
         pool = self.client.connection_pool
         kwargs = {**pool.connection_kwargs, "socket_timeout": MAX_BLOCK + SOCKET_TIMEOUT}
@@ -449,6 +520,41 @@ class AsyncioTransport(Transport):
         if blpop_timeout is None:
             await anyio.lowlevel.checkpoint()
             return False
+        (reply,) = await self._on_waiter(key, lambda: [("BLPOP", key, blpop_timeout)])
+        if isinstance(reply, Exception):
+            raise reply
+        return reply is not None
+
+    async def wait_between(
+        self,
+        key: str,
+        into: str,
+        timeout: float,
+        before: ScriptCall,
+        after: Callable[[], ScriptCall],
+        abandoned: Callable[[Any], Awaitable[None]],
+    ) -> Any:
+        blpop_timeout = _blpop_timeout(timeout)
+        if blpop_timeout is None:
+            await anyio.lowlevel.checkpoint()
+            return None
+        calls: list[ScriptCall] = []
+
+        def make() -> list[tuple[Any, ...]]:
+            calls[:] = (before, after())
+            return _between(key, into, blpop_timeout, *calls)
+
+        replies = await self._on_waiter(key, make, _abandoned_after(abandoned))
+        return await self._between_reply(into, calls, replies)
+
+    async def _on_waiter(
+        self,
+        key: str,
+        make: Callable[[], Sequence[Sequence[Any]]],
+        abandoned: Callable[[list[Any]], Awaitable[None]] | None = None,
+    ) -> list[Any]:
+        """The commands ``make`` returns (ending in a blocking one) on a dedicated connection
+        for ``key``."""
         if self.cluster:
             await self.client.initialize()
         name, node, factory = self._waiter_source(key)
@@ -465,11 +571,11 @@ class AsyncioTransport(Transport):
                 raise
         healthy = False
         try:
-            got = await _run_unblockable(
-                lambda: waiter.pop(key, blpop_timeout), lambda: self._unblock(waiter)
+            replies = await _run_unblockable(
+                lambda: waiter.exchange(make), lambda: self._unblock(waiter), abandoned
             )
             healthy = True
-            return got
+            return replies
         finally:
             if healthy:
                 idle.append(waiter)
@@ -511,9 +617,18 @@ class _SyncWaiter:
         self.connection.send_command("CLIENT", "ID")
         self.client_id = int(self.connection.read_response())
 
-    def pop(self, key: str, timeout: str) -> bool:
-        self.connection.send_command("BLPOP", key, timeout)
-        return self.connection.read_response() is not None
+    def exchange(self, make: Callable[[], Sequence[Sequence[Any]]]) -> list[Any]:
+        """Send the commands ``make`` returns (called at the last moment: they may carry the
+        time they are sent) in one write; their replies (an error reply as its exception)."""
+        commands = make()
+        self.connection.send_packed_command(self.connection.pack_commands(commands))
+        replies: list[Any] = []
+        for _ in commands:
+            try:
+                replies.append(self.connection.read_response())
+            except ResponseError as exc:
+                replies.append(exc)
+        return replies
 
     def close(self) -> None:
         self.connection.disconnect()
@@ -617,17 +732,53 @@ class ThreadTransport(Transport):
         if blpop_timeout is None:
             await anyio.lowlevel.checkpoint()
             return False
+        (reply,) = await self._on_waiter(key, lambda: [("BLPOP", key, blpop_timeout)])
+        if isinstance(reply, Exception):
+            raise reply
+        return reply is not None
+
+    async def wait_between(
+        self,
+        key: str,
+        into: str,
+        timeout: float,
+        before: ScriptCall,
+        after: Callable[[], ScriptCall],
+        abandoned: Callable[[Any], Awaitable[None]],
+    ) -> Any:
+        blpop_timeout = _blpop_timeout(timeout)
+        if blpop_timeout is None:
+            await anyio.lowlevel.checkpoint()
+            return None
+        calls: list[ScriptCall] = []
+
+        def make() -> list[tuple[Any, ...]]:
+            calls[:] = (before, after())
+            return _between(key, into, blpop_timeout, *calls)
+
+        replies = await self._on_waiter(key, make, _abandoned_after(abandoned))
+        return await self._between_reply(into, calls, replies)
+
+    async def _on_waiter(
+        self,
+        key: str,
+        make: Callable[[], Sequence[Sequence[Any]]],
+        abandoned: Callable[[list[Any]], Awaitable[None]] | None = None,
+    ) -> list[Any]:
+        """The commands ``make`` returns (ending in a blocking one) on a dedicated connection
+        for ``key``."""
         waiter = await self._checkout(key)
         healthy = False
         try:
-            got = await _run_unblockable(
+            replies = await _run_unblockable(
                 lambda: anyio.to_thread.run_sync(
-                    functools.partial(waiter.pop, key, blpop_timeout), limiter=self._wait_limiter
+                    functools.partial(waiter.exchange, make), limiter=self._wait_limiter
                 ),
                 lambda: self._unblock(waiter),
+                abandoned,
             )
             healthy = True
-            return got
+            return replies
         finally:
             if healthy:
                 self._checkin(waiter)
