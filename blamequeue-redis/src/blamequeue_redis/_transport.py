@@ -321,11 +321,17 @@ class Transport(abc.ABC):
     async def listen(self, channels: Sequence[str]) -> Listener:
         """Subscribe to ``channels`` (``SUBSCRIBE`` confirmed when this returns)."""
 
-    @abc.abstractmethod
     async def wait(self, key: str, timeout: float) -> bool:
         """BLPOP ``key`` for up to ``timeout`` seconds; True when a token came."""
+        blpop_timeout = _blpop_timeout(timeout)
+        if blpop_timeout is None:
+            await anyio.lowlevel.checkpoint()
+            return False
+        (reply,) = await self._on_waiter(key, lambda: [("BLPOP", key, blpop_timeout)])
+        if isinstance(reply, Exception):
+            raise reply
+        return reply is not None
 
-    @abc.abstractmethod
     async def wait_between(
         self,
         key: str,
@@ -341,12 +347,33 @@ class Transport(abc.ABC):
         (a wait under a millisecond) or the server had forgotten the scripts (loaded again,
         ``into`` deleted).  When the caller is cancelled, the wait is ended early and the
         script's reply goes to ``abandoned``."""
+        blpop_timeout = _blpop_timeout(timeout)
+        if blpop_timeout is None:
+            await anyio.lowlevel.checkpoint()
+            return None
+        calls: list[ScriptCall] = []
+
+        def make() -> list[tuple[Any, ...]]:
+            calls[:] = (before, after())
+            return [
+                _evalsha(*calls[0]),
+                ("BLMOVE", key, into, "LEFT", "RIGHT", blpop_timeout),
+                _evalsha(*calls[1]),
+            ]
+
+        async def hand_back(replies: list[Any]) -> None:
+            reply = await self._between_reply(into, calls, replies)
+            if reply is not None:
+                await abandoned(reply)
+
+        replies = await self._on_waiter(key, make, hand_back)
+        return await self._between_reply(into, calls, replies)
 
     async def _between_reply(
         self, into: str, calls: Sequence[ScriptCall], replies: list[Any]
     ) -> Any:
-        """``after``'s reply from the three of :meth:`wait_between`, or ``None`` after loading
-        the scripts a server forgot (a restart, ``SCRIPT FLUSH``)."""
+        """The last of :meth:`wait_between`'s three replies, or ``None`` after loading the
+        scripts a server forgot (a restart, ``SCRIPT FLUSH``)."""
         if any(isinstance(reply, NoScriptError) for reply in replies):
             await self.load([script for script, _keys, _args in calls])
             await self.command("DEL", into)  # a token the wait may have moved there
@@ -355,6 +382,18 @@ class Transport(abc.ABC):
             if isinstance(reply, Exception):
                 raise reply
         return replies[2]
+
+    @abc.abstractmethod
+    async def _on_waiter(
+        self,
+        key: str,
+        make: Callable[[], Sequence[Sequence[Any]]],
+        abandoned: Callable[[list[Any]], Awaitable[None]] | None = None,
+    ) -> list[Any]:
+        """The commands ``make`` returns (called as they are sent; the last one blocks) on a
+        dedicated connection for ``key``: their replies, an error reply as its exception.  When
+        the caller is cancelled, the blocking command is ended early and the replies go to
+        ``abandoned``."""
 
     @abc.abstractmethod
     async def aclose(self) -> None:
@@ -367,22 +406,6 @@ def _evalsha(script: Script, keys: Sequence[str], args: Sequence[Any]) -> tuple[
 
 def _eval(script: Script, keys: Sequence[str], args: Sequence[Any]) -> tuple[Any, ...]:
     return ("EVAL", script.source, len(keys), *keys, *args)
-
-
-def _between(
-    key: str, into: str, timeout: str, before: ScriptCall, after: ScriptCall
-) -> list[tuple[Any, ...]]:
-    return [_evalsha(*before), ("BLMOVE", key, into, "LEFT", "RIGHT", timeout), _evalsha(*after)]
-
-
-def _abandoned_after(
-    abandoned: Callable[[Any], Awaitable[None]],
-) -> Callable[[list[Any]], Awaitable[None]]:
-    async def hand_back(replies: list[Any]) -> None:
-        if not isinstance(replies[2], Exception):
-            await abandoned(replies[2])
-
-    return hand_back
 
 
 # -- asyncio ---------------------------------------------------------------------------------
@@ -515,46 +538,12 @@ class AsyncioTransport(Transport):
         kwargs = {**pool.connection_kwargs, "socket_timeout": MAX_BLOCK + SOCKET_TIMEOUT}
         return "", None, functools.partial(pool.connection_class, **kwargs)
 
-    async def wait(self, key: str, timeout: float) -> bool:
-        blpop_timeout = _blpop_timeout(timeout)
-        if blpop_timeout is None:
-            await anyio.lowlevel.checkpoint()
-            return False
-        (reply,) = await self._on_waiter(key, lambda: [("BLPOP", key, blpop_timeout)])
-        if isinstance(reply, Exception):
-            raise reply
-        return reply is not None
-
-    async def wait_between(
-        self,
-        key: str,
-        into: str,
-        timeout: float,
-        before: ScriptCall,
-        after: Callable[[], ScriptCall],
-        abandoned: Callable[[Any], Awaitable[None]],
-    ) -> Any:
-        blpop_timeout = _blpop_timeout(timeout)
-        if blpop_timeout is None:
-            await anyio.lowlevel.checkpoint()
-            return None
-        calls: list[ScriptCall] = []
-
-        def make() -> list[tuple[Any, ...]]:
-            calls[:] = (before, after())
-            return _between(key, into, blpop_timeout, *calls)
-
-        replies = await self._on_waiter(key, make, _abandoned_after(abandoned))
-        return await self._between_reply(into, calls, replies)
-
     async def _on_waiter(
         self,
         key: str,
         make: Callable[[], Sequence[Sequence[Any]]],
         abandoned: Callable[[list[Any]], Awaitable[None]] | None = None,
     ) -> list[Any]:
-        """The commands ``make`` returns (ending in a blocking one) on a dedicated connection
-        for ``key``."""
         if self.cluster:
             await self.client.initialize()
         name, node, factory = self._waiter_source(key)
@@ -727,46 +716,12 @@ class ThreadTransport(Transport):
         name = "" if waiter.node is None else waiter.node.name
         self._idle.setdefault(name, []).append(waiter)
 
-    async def wait(self, key: str, timeout: float) -> bool:
-        blpop_timeout = _blpop_timeout(timeout)
-        if blpop_timeout is None:
-            await anyio.lowlevel.checkpoint()
-            return False
-        (reply,) = await self._on_waiter(key, lambda: [("BLPOP", key, blpop_timeout)])
-        if isinstance(reply, Exception):
-            raise reply
-        return reply is not None
-
-    async def wait_between(
-        self,
-        key: str,
-        into: str,
-        timeout: float,
-        before: ScriptCall,
-        after: Callable[[], ScriptCall],
-        abandoned: Callable[[Any], Awaitable[None]],
-    ) -> Any:
-        blpop_timeout = _blpop_timeout(timeout)
-        if blpop_timeout is None:
-            await anyio.lowlevel.checkpoint()
-            return None
-        calls: list[ScriptCall] = []
-
-        def make() -> list[tuple[Any, ...]]:
-            calls[:] = (before, after())
-            return _between(key, into, blpop_timeout, *calls)
-
-        replies = await self._on_waiter(key, make, _abandoned_after(abandoned))
-        return await self._between_reply(into, calls, replies)
-
     async def _on_waiter(
         self,
         key: str,
         make: Callable[[], Sequence[Sequence[Any]]],
         abandoned: Callable[[list[Any]], Awaitable[None]] | None = None,
     ) -> list[Any]:
-        """The commands ``make`` returns (ending in a blocking one) on a dedicated connection
-        for ``key``."""
         waiter = await self._checkout(key)
         healthy = False
         try:
