@@ -92,15 +92,7 @@ while #out < limit and skipped <= {SCAN_MAX} do
       else
         if g then busy[g] = (busy[g] or 0) + 1 end
         gone[#gone + 1] = m
-        local attempts = tonumber(f[4]) + 1
-        redis.call('HSET', key, 'state', 'inflight', 'attempts', attempts, 'token', token,
-          'expires_at', expires)
-        move(id, f[15], 'pending', 'inflight')
-        inflight[#inflight + 1] = expires
-        inflight[#inflight + 1] = id
-        f[1] = 'inflight'
-        f[4] = tostring(attempts)
-        out[#out + 1] = row(id, f)
+        take(id, key, f, token, expires, inflight, out)
       end
     end
   end

@@ -212,6 +212,21 @@ local function row(id, f)
   return r
 end
 
+-- Lease one pending job (`f`: its ROW fields) under `token` until `expires`: inflight, one
+-- attempt more; its row goes to `out`, its expiry and id to `inflight` (the inflight zset's
+-- bulk ZADD).
+local function take(id, key, f, token, expires, inflight, out)
+  local attempts = tonumber(f[4]) + 1
+  redis.call('HSET', key, 'state', 'inflight', 'attempts', attempts, 'token', token,
+    'expires_at', expires)
+  move(id, f[15], 'pending', 'inflight')
+  inflight[#inflight + 1] = expires
+  inflight[#inflight + 1] = id
+  f[1] = 'inflight'
+  f[4] = tostring(attempts)
+  out[#out + 1] = row(id, f)
+end
+
 local function encode(rows)
   if #rows == 0 then return '' end
   return cjson.encode(rows)
@@ -391,15 +406,7 @@ local function lease_due(now, limit, token, expires)
           -- Due by a clock ahead of ours (another process): not yet for us.
           pend(id, f[7], f[3], f[15], now)
         else
-          local attempts = tonumber(f[4]) + 1
-          redis.call('HSET', key, 'state', 'inflight', 'attempts', attempts, 'token', token,
-            'expires_at', expires)
-          move(id, f[15], 'pending', 'inflight')
-          inflight[#inflight + 1] = expires
-          inflight[#inflight + 1] = id
-          f[1] = 'inflight'
-          f[4] = tostring(attempts)
-          out[#out + 1] = row(id, f)
+          take(id, key, f, token, expires, inflight, out)
         end
       end
     end
