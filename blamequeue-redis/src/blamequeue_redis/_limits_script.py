@@ -51,15 +51,7 @@ if rate_max then
   limit = math.min(limit, math.floor(tokens + 1e-9))
 end
 if limit < 1 then return '' end
-local due = redis.call('ZRANGEBYSCORE', K_DELAYED, '-inf', now)
-if #due > 0 then
-  redis.call('ZREMRANGEBYSCORE', K_DELAYED, '-inf', now)
-  for _, id in ipairs(due) do
-    local f = redis.call('HMGET', jkey(id), 'priority', 'available_at', 'seq')
-    if f[1] then make_ready(id, f[2], f[1], f[3]) end
-  end
-  flush()
-end
+promote_due(now)
 local busy = {{}}
 if cap then
   for _, id in ipairs(redis.call('ZRANGE', K_INFLIGHT, 0, -1)) do

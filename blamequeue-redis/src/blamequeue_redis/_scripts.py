@@ -196,6 +196,18 @@ local function flush()
   end
 end
 
+-- Move the delayed jobs due by `now` to `ready` (what a lease does first).
+local function promote_due(now)
+  local due = redis.call('ZRANGEBYSCORE', K_DELAYED, '-inf', now)
+  if #due == 0 then return end
+  redis.call('ZREMRANGEBYSCORE', K_DELAYED, '-inf', now)
+  for _, id in ipairs(due) do
+    local f = redis.call('HMGET', jkey(id), 'priority', 'available_at', 'seq')
+    if f[1] then make_ready(id, f[2], f[1], f[3]) end
+  end
+  flush()
+end
+
 -- Wake up to `count` idle consumers (each BLPOPs one token).
 local function signal(count)
   if count <= 0 then return end
@@ -382,15 +394,7 @@ end
 _LEASE_DUE = """
 local function lease_due(now, limit, token, expires)
   local nnow = tonumber(now)
-  local due = redis.call('ZRANGEBYSCORE', K_DELAYED, '-inf', now)
-  if #due > 0 then
-    redis.call('ZREMRANGEBYSCORE', K_DELAYED, '-inf', now)
-    for _, id in ipairs(due) do
-      local f = redis.call('HMGET', jkey(id), 'priority', 'available_at', 'seq')
-      if f[1] then make_ready(id, f[2], f[1], f[3]) end
-    end
-    flush()
-  end
+  promote_due(now)
   local out = {}
   local inflight = {}
   while #out < limit do
