@@ -14,14 +14,16 @@ from typing import Any
 
 import pytest
 import redis
+import redis.asyncio.connection
 from redis.exceptions import NoScriptError, ResponseError
 
+import blamequeue_redis._transport
 from blamequeue._clock import SystemClock
 from blamequeue.abc import BackendContext
 from blamequeue_redis import RedisBackend
 from blamequeue_redis._scripts import Script
 from blamequeue_redis._transport import Transport
-from blamequeue_redis._wire import _Incomplete, _parse
+from blamequeue_redis._wire import _Incomplete, _parse, can_take_over
 
 pytestmark = pytest.mark.anyio
 
@@ -99,6 +101,35 @@ async def test_an_idle_connection_the_server_closed_does_not_fail_the_next_call(
     # What a server restart does to every idle connection, without the restart.
     assert redis_client.client_kill_filter(_type="normal", skipme=True) >= 1
     assert await transport.script(_ECHO, ["{t}h"], ["after"]) == "after"
+
+
+def test_only_connections_with_a_stream_to_take_over_are_taken_over(redis_url: str) -> None:
+    class Unknown:  # as a future redis-py might make them: no stream writer
+        def __init__(self, **kwargs: Any) -> None:
+            self.encoder = redis.asyncio.connection.Encoder("utf-8", "strict", True)
+            self._reader = None
+
+    pool = redis.asyncio.ConnectionPool.from_url(redis_url)
+    assert can_take_over(pool)
+    pool.connection_class = Unknown
+    assert not can_take_over(pool)
+
+
+async def test_connections_it_cannot_take_over_leave_scripts_to_redis_py(
+    redis_url: str, anyio_backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(blamequeue_redis._transport, "can_take_over", lambda pool: False)
+    backend = RedisBackend({"url": redis_url}, BackendContext(name="r", clock=SystemClock()))
+    await backend.open()
+    try:
+        transport = backend._require()
+        if anyio_backend == "asyncio":
+            assert transport._held is None  # type: ignore[attr-defined]
+        assert await transport.script(_ECHO, ["{t}h"], ["via redis-py"]) == "via redis-py"
+        with pytest.raises(ResponseError, match="BOOM"):
+            await transport.script(_FAILS, ["{t}h"], [])
+    finally:
+        await backend.close()
 
 
 # -- the parser on its own ------------------------------------------------------------------

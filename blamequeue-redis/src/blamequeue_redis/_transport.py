@@ -43,7 +43,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import NoScriptError, ResponseError
 
 from blamequeue_redis._scripts import Script
-from blamequeue_redis._wire import HeldWires
+from blamequeue_redis._wire import HeldWires, can_take_over
 
 __all__ = [
     "AsyncioTransport",
@@ -457,7 +457,11 @@ class AsyncioTransport(Transport):
         # Bounds the commands in flight (and so the connections the pool opens).
         self._slots = _semaphore(POOL_SIZE)
         # A cluster client routes each call to its node itself; it keeps its own pools.
-        self._held = None if self.cluster else HeldWires(client.connection_pool, POOL_SIZE)
+        self._held = (
+            HeldWires(client.connection_pool, POOL_SIZE)
+            if not self.cluster and can_take_over(client.connection_pool)
+            else None
+        )
 
     async def command(self, *args: Any) -> Any:
         async with self._slots:

@@ -23,7 +23,7 @@ import redis.exceptions
 from redis._parsers.base import BaseParser
 from redis.exceptions import ResponseError
 
-__all__ = ["HeldWires", "pack"]
+__all__ = ["HeldWires", "can_take_over", "pack"]
 
 Decode = Callable[[bytes], Any] | None
 # redis-py's own mapping of error replies to its exceptions (NOSCRIPT -> NoScriptError ...).
@@ -120,6 +120,19 @@ def _decoder(connection: Any) -> Decode:
         return None
     encoding, errors = encoder.encoding, encoder.encoding_errors
     return lambda data: data.decode(encoding, errors)
+
+
+def can_take_over(pool: Any) -> bool:
+    """Whether ``pool`` makes connections as :class:`Wire` knows them (stream reader and writer,
+    an encoder).  Else, say with a future redis-py, the transport leaves scripts to redis-py."""
+    try:
+        connection = pool.make_connection()  # not connected: nothing to close
+    except Exception:
+        return False
+    return (
+        all(hasattr(connection, name) for name in ("_reader", "_writer", "connect"))
+        and hasattr(getattr(connection, "encoder", None), "decode_responses")
+    )
 
 
 class Wire:
