@@ -259,19 +259,11 @@ class Consumer:
                 leases = await self._idle(wake, asked_at, self._empty_wait, self._wait_lease(limit))
                 if not leases:
                     continue
-            self._held += len(leases)
-            self.stats.leased += len(leases)
-            if self._rate_limit is not None:
-                self._starts.extend([clock.now()] * len(leases))
-            self._dispatch([Attempt.start(lease) for lease in leases])
+            self._start(leases)
             if len(leases) < limit:
                 # The queue looked drained; give producers a moment (an enqueue here wakes us).
                 more = self._wait_lease(min(self.concurrency - self._held, self._lease_chunk))
-                taken = await self._idle(wake, asked_at, self._fast_poll, more)
-                if taken:
-                    self._held += len(taken)
-                    self.stats.leased += len(taken)
-                    self._dispatch([Attempt.start(lease) for lease in taken])
+                self._start(await self._idle(wake, asked_at, self._fast_poll, more))
             elif self._held >= self.concurrency:
                 await anyio.lowlevel.checkpoint()
             # Else ask for the next half before the handlers of this one start: the lease's
@@ -304,6 +296,16 @@ class Consumer:
             if allowed > 0:
                 return min(free, allowed)
             await clock.sleep(self._starts[0] + limit.per_seconds - now)
+
+    def _start(self, leases: list[Lease]) -> None:
+        """Hand leased jobs to the workers."""
+        if not leases:
+            return
+        self._held += len(leases)
+        self.stats.leased += len(leases)
+        if self._rate_limit is not None:
+            self._starts.extend([self._runtime.clock.now()] * len(leases))
+        self._dispatch([Attempt.start(lease) for lease in leases])
 
     def _wait_lease(self, free: int) -> int:
         """How many jobs an idle wait may lease as it ends (0: it only waits).  Not under
