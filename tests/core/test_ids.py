@@ -42,3 +42,18 @@ def test_a_batch_of_ids_continues_the_sequence() -> None:
     after = new_job_id()
     assert [before, *batch, after] == sorted({before, *batch, after})
     assert len(set(batch)) == 1000
+
+
+def test_a_batch_spells_each_id_as_one_at_a_time_would() -> None:
+    # Batches cross runs of 1024 values (where the head changes) wherever they start.
+    for count in (1, 2, 1023, 1024, 1025, 3000):
+        batch = new_job_ids(count)
+        assert len(batch) == count
+        first = int.from_bytes(base64.b32decode(_to_rfc(batch[0][4:])), "big")
+        assert batch == ["job-" + reference(first + offset) for offset in range(count)]
+
+
+def _to_rfc(digits: str) -> bytes:
+    # Crockford digits back to RFC 4648 base32 (padded to whole bytes: 6 leading zero digits).
+    table = str.maketrans(CROCKFORD, "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567")
+    return ("A" * 6 + digits.translate(table)).encode("ascii")

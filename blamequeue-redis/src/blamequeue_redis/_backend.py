@@ -203,29 +203,39 @@ def _leases_after_wait(queue: str, token: str, reply: Any) -> list[Lease]:
     ]
 
 
-def _enqueue_row(job: NewJob, optional: Sequence[str] = ()) -> tuple[Any, ...]:
-    """One job as the ENQUEUE script reads it; ``optional``: more (field, value) pairs."""
-    fields = list(optional)
-    if job.classification is not None:
-        fields += ("classification", job.classification)
-    if job.trace_id is not None:
-        fields += ("trace_id", job.trace_id)
-    if job.meta is not None:
-        fields += ("meta", job.meta)
-    if job.group_key is not None:
-        fields += ("group_key", job.group_key)
-    return (
-        job.id,
-        job.priority,
-        repr(job.created_at),
-        repr(job.available_at),
-        job.max_attempts,
-        job.payload,
-        job.parked,
-        job.flow_id or "",
-        job.depends_on,
-        fields,
-    )
+def _enqueue_rows(jobs: Sequence[NewJob], optional: Sequence[str] = ()) -> list[tuple[Any, ...]]:
+    """The jobs as the ENQUEUE script reads them; ``optional``: more (field, value) pairs for
+    each.  A batch's jobs share their times, so each time is spelled once."""
+    spelled: dict[float, str] = {}
+    rows = []
+    for job in jobs:
+        fields = list(optional)
+        if job.classification is not None:
+            fields += ("classification", job.classification)
+        if job.trace_id is not None:
+            fields += ("trace_id", job.trace_id)
+        if job.meta is not None:
+            fields += ("meta", job.meta)
+        if job.group_key is not None:
+            fields += ("group_key", job.group_key)
+        created, available = job.created_at, job.available_at
+        created_text = spelled.get(created) or spelled.setdefault(created, repr(created))
+        available_text = spelled.get(available) or spelled.setdefault(available, repr(available))
+        rows.append(
+            (
+                job.id,
+                job.priority,
+                created_text,
+                available_text,
+                job.max_attempts,
+                job.payload,
+                job.parked,
+                job.flow_id or "",
+                job.depends_on,
+                fields,
+            )
+        )
+    return rows
 
 
 def _token_queue(token: str) -> str | None:
@@ -456,7 +466,7 @@ class RedisBackend(Backend):
         transport = self._require()
         by_queue: dict[str, list[NewJob]] = {}
         for job in jobs:
-            if any(not dep or " " in dep for dep in job.depends_on):
+            if job.depends_on and any(not dep or " " in dep for dep in job.depends_on):
                 raise BadArgumentError(
                     "queue/bad-argument",
                     f"{self._where}: dependency ids must be non-empty and without spaces, "
@@ -467,7 +477,7 @@ class RedisBackend(Backend):
         # time; a cluster could not make several queues' slots atomic anyway).
         for queue, batch in by_queue.items():
             keys, script_keys = await self._enqueue_keys(queue)
-            args = (keys.base, queue, _dumps([_enqueue_row(job) for job in batch]))
+            args = (keys.base, queue, _dumps(_enqueue_rows(batch)))
             await self._guard(transport.script(ENQUEUE, script_keys, args))
 
     async def _enqueue_keys(self, queue: str) -> tuple[QueueKeys, tuple[str, ...]]:
@@ -491,8 +501,8 @@ class RedisBackend(Backend):
         if hold_until is not None:
             optional += ("unique_until", repr(hold_until))
             ttl = str(max(1, math.ceil((hold_until - now) * 1000)))
-        row = _enqueue_row(job, optional)
-        args = (keys.base, job.queue, _dumps([row]), unique_key, repr(now), ttl)
+        rows = _enqueue_rows([job], optional)
+        args = (keys.base, job.queue, _dumps(rows), unique_key, repr(now), ttl)
         reply = await self._guard(self._require().script(ENQUEUE_UNIQUE, script_keys, args))
         # The script answers the holder's id, or how many jobs it stored (then ours holds it).
         return job.id if isinstance(reply, int) else str(_text(reply))
