@@ -203,11 +203,12 @@ def _leases_after_wait(queue: str, token: str, reply: Any) -> list[Lease]:
     ]
 
 
-def _enqueue_rows(jobs: Sequence[NewJob], optional: Sequence[str] = ()) -> list[tuple[Any, ...]]:
-    """The jobs as the ENQUEUE script reads them; ``optional``: more (field, value) pairs for
-    each.  A batch's jobs share their times, so each time is spelled once."""
+def _enqueue_rows(jobs: Sequence[NewJob], optional: Sequence[str] = ()) -> list[Any]:
+    """The jobs as the ENQUEUE script reads them (one flat list, ``ENQUEUE_WIDTH`` values per
+    job); ``optional``: more (field, value) pairs for each.  A batch's jobs share their times,
+    so each time is spelled once."""
     spelled: dict[float, str] = {}
-    rows = []
+    rows: list[Any] = []
     for job in jobs:
         fields = list(optional)
         if job.classification is not None:
@@ -219,21 +220,17 @@ def _enqueue_rows(jobs: Sequence[NewJob], optional: Sequence[str] = ()) -> list[
         if job.group_key is not None:
             fields += ("group_key", job.group_key)
         created, available = job.created_at, job.available_at
-        created_text = spelled.get(created) or spelled.setdefault(created, repr(created))
-        available_text = spelled.get(available) or spelled.setdefault(available, repr(available))
-        rows.append(
-            (
-                job.id,
-                job.priority,
-                created_text,
-                available_text,
-                job.max_attempts,
-                job.payload,
-                job.parked,
-                job.flow_id or "",
-                job.depends_on,
-                fields,
-            )
+        rows += (
+            job.id,
+            job.priority,
+            spelled.get(created) or spelled.setdefault(created, repr(created)),
+            spelled.get(available) or spelled.setdefault(available, repr(available)),
+            job.max_attempts,
+            job.payload,
+            job.parked,
+            job.flow_id or "",
+            " ".join(job.depends_on),
+            fields or 0,
         )
     return rows
 

@@ -37,6 +37,7 @@ __all__ = [
     "DLQ_RETRY",
     "ENQUEUE",
     "ENQUEUE_UNIQUE",
+    "ENQUEUE_WIDTH",
     "EXTEND",
     "FLOW_JOBS",
     "GET_JOB",
@@ -56,6 +57,9 @@ __all__ = [
     "WORKER_LIST",
     "Script",
 ]
+
+#: How many values each job takes in ENQUEUE's flat array of rows.
+ENQUEUE_WIDTH: Final = 10
 
 #: The most wake-up tokens a queue's signal list holds (each wakes one idle consumer).
 WAKE_TOKENS: Final = 16
@@ -265,19 +269,22 @@ def _script(name: str, body: str) -> Script:
     return Script(name, PRELUDE + body)
 
 
-# ARGV: base, queue name, the jobs as one JSON array of [id, priority, created_at,
-# available_at, max_attempts, payload, parked (true/false), flow_id ('' = none), [deps...],
-# [optional field, value, ...]] (times as decimal strings).  KEYS[2], when given, is the queue
-# registry (single server only; on a cluster the backend registers the queue itself, the
-# registry living in another slot).
+# ARGV: base, queue name, the jobs as one flat JSON array, ENQUEUE_WIDTH values per job: id,
+# priority, created_at, available_at, max_attempts, payload, parked (true/false), flow_id
+# ('' = none), dependency ids (space-separated, '' = none), optional [field, value, ...] (0 =
+# none); times as decimal strings.  Flat, because cjson makes a table per array: one for the
+# batch instead of three per job.  KEYS[2], when given, is the queue registry (single server
+# only; on a cluster the backend registers the queue itself, the registry living in another
+# slot).
 ENQUEUE: Final = _script(
     "enqueue",
-    """
-local jobs = cjson.decode(ARGV[3])
-local n = #jobs
-local seen, keys = {}, {}
+    f"""
+local W = {ENQUEUE_WIDTH}
+local rows = cjson.decode(ARGV[3])
+local n = #rows / W
+local seen, keys = {{}}, {{}}
 for j = 1, n do
-  local id = jobs[j][1]
+  local id = rows[(j - 1) * W + 1]
   if seen[id] then
     return redis.error_reply('BQDUP a job with id ' .. id .. ' already exists')
   end
@@ -294,10 +301,11 @@ if stored > 0 then
   -- queue's retry of this very call after its reply was lost: acknowledge it, store nothing.
   local replayed, taken = 0, nil
   for j = 1, n do
-    local id = jobs[j][1]
+    local at = (j - 1) * W
+    local id = rows[at + 1]
     if redis.call('EXISTS', keys[j]) == 1 then
       local f = redis.call('HMGET', keys[j], 'created_at', 'payload')
-      if f[1] ~= jobs[j][3] or f[2] ~= jobs[j][6] then
+      if f[1] ~= rows[at + 3] or f[2] ~= rows[at + 6] then
         return redis.error_reply('BQDUP a job with id ' .. id .. ' already exists')
       end
       replayed = replayed + 1
@@ -307,33 +315,31 @@ if stored > 0 then
   if replayed == n then return n end
   return redis.error_reply('BQDUP a job with id ' .. taken .. ' already exists')
 end
-local by_state = {pending = {}, parked = {}}
+local pending_index, parked_index, parked = {{}}, {{}}, {{}}
 local seq = redis.call('INCRBY', K_SEQ, n) - n
 local woken = 0
-local parked = {}
 for j = 1, n do
-  local job = jobs[j]
-  local id, prio, created, avail = job[1], job[2], job[3], job[4]
-  local flow, deps, opt = job[8], job[9], job[10]
+  local at = (j - 1) * W
+  local id, prio, created, avail = rows[at + 1], rows[at + 2], rows[at + 3], rows[at + 4]
+  local flow, deps, opt = rows[at + 8], rows[at + 9], rows[at + 10]
   seq = seq + 1
   local key = keys[j]
-  local state = 'pending'
-  if job[7] then state = 'parked' end
-  redis.call('HSET', key, 'state', state, 'payload', job[6], 'priority', prio,
-    'attempts', '0', 'max_attempts', job[5], 'created_at', created,
+  local state, index = 'pending', pending_index
+  if rows[at + 7] then state, index = 'parked', parked_index end
+  redis.call('HSET', key, 'state', state, 'payload', rows[at + 6], 'priority', prio,
+    'attempts', '0', 'max_attempts', rows[at + 5], 'created_at', created,
     'available_at', avail, 'seq', seq)
-  local index = by_state[state]
   index[#index + 1] = seq
   index[#index + 1] = id
-  if #opt > 0 then redis.call('HSET', key, unpack(opt)) end
+  if opt ~= 0 then redis.call('HSET', key, unpack(opt)) end
   if flow ~= '' then
     redis.call('HSET', key, 'flow_id', flow)
     redis.call('ZADD', base .. 'flow:' .. flow, seq, id)
   end
-  if #deps > 0 then
-    redis.call('HSET', key, 'depends_on', table.concat(deps, ' '))
+  if deps ~= '' then
+    redis.call('HSET', key, 'depends_on', deps)
     if state == 'parked' then
-      for _, dep in ipairs(deps) do redis.call('SADD', base .. 'deps:' .. dep, id) end
+      for dep in string.gmatch(deps, '%S+') do redis.call('SADD', base .. 'deps:' .. dep, id) end
     end
   end
   if state == 'parked' then
@@ -344,9 +350,8 @@ for j = 1, n do
   end
 end
 flush()
-for state, index in pairs(by_state) do
-  if #index > 0 then bulk('ZADD', skey(state), index) end
-end
+bulk('ZADD', skey('pending'), pending_index)
+bulk('ZADD', skey('parked'), parked_index)
 bulk('SADD', K_PARKED, parked)
 if KEYS[2] then redis.call('SADD', KEYS[2], ARGV[2]) end
 signal(woken)
@@ -354,12 +359,6 @@ return n
 """,
 )
 
-# Unique jobs: ENQUEUE for one job, unless a job of the queue holds the unique key.  ARGV: as
-# ENQUEUE (the job's optional fields carry unique_key and unique_until), then the unique key,
-# now, and the key's TTL in milliseconds ('' = none).  The key string names the job that took
-# it; that job holds it while pending or inflight with its unique_until (none: no limit) after
-# `now`.  Returns the holder's id, or ENQUEUE's count when the job was stored (and took the
-# key).  The TTL (unique_for of real time) lets Redis drop a key whose time is up by itself.
 ENQUEUE_UNIQUE: Final = Script(
     "enqueue_unique",
     PRELUDE
@@ -376,7 +375,7 @@ if holder then
     return holder
   end
 end
-local new_id = cjson.decode(ARGV[3])[1][1]
+local new_id = cjson.decode(ARGV[3])[1]
 if redis.call('EXISTS', jkey(new_id)) == 0 then  -- else ENQUEUE's check below refuses it
   if ARGV[6] ~= '' then
     redis.call('SET', ukey, new_id, 'PX', ARGV[6])
