@@ -168,18 +168,30 @@ local function hextime(t)
   return hex
 end
 
+-- An integer as Redis stores it, memoised (a batch shares its priorities): Redis 7.0 spells
+-- a Lua number passed to a command with "%.17g", several times the cost of "%d".
+local itexts = {{}}
+local function itext(x)
+  local text = itexts[x]
+  if text then return text end
+  text = string.format('%d', x)
+  itexts[x] = text
+  return text
+end
+
 -- Pending jobs are filed in `ready` / `delayed` in bulk by flush().
 local ready_adds, delayed_adds = {{}}, {{}}
 
 local function make_ready(id, avail, prio, seq)
   local n = #ready_adds
-  ready_adds[n + 1] = 0 - tonumber(prio)
+  ready_adds[n + 1] = itext(0 - tonumber(prio))
   ready_adds[n + 2] = hextime(avail) .. string.format('%016x', tonumber(seq)) .. id
 end
 
 -- File a pending job due at avail; 1 when it is due by now (ready), else 0 (delayed).
 local function pend(id, avail, prio, seq, now)
-  if tonumber(avail) <= tonumber(now) then
+  -- The same string (due at enqueue, the common case) needs no parsing.
+  if avail == now or tonumber(avail) <= tonumber(now) then
     make_ready(id, avail, prio, seq)
     return 1
   end
@@ -323,18 +335,19 @@ for j = 1, n do
   local id, prio, created, avail = rows[at + 1], rows[at + 2], rows[at + 3], rows[at + 4]
   local flow, deps, opt = rows[at + 8], rows[at + 9], rows[at + 10]
   seq = seq + 1
+  local seq_text = string.format('%d', seq)
   local key = keys[j]
   local state, index = 'pending', pending_index
   if rows[at + 7] then state, index = 'parked', parked_index end
-  redis.call('HSET', key, 'state', state, 'payload', rows[at + 6], 'priority', prio,
-    'attempts', '0', 'max_attempts', rows[at + 5], 'created_at', created,
-    'available_at', avail, 'seq', seq)
-  index[#index + 1] = seq
+  redis.call('HSET', key, 'state', state, 'payload', rows[at + 6], 'priority', itext(prio),
+    'attempts', '0', 'max_attempts', itext(rows[at + 5]), 'created_at', created,
+    'available_at', avail, 'seq', seq_text)
+  index[#index + 1] = seq_text
   index[#index + 1] = id
   if opt ~= 0 then redis.call('HSET', key, unpack(opt)) end
   if flow ~= '' then
     redis.call('HSET', key, 'flow_id', flow)
-    redis.call('ZADD', base .. 'flow:' .. flow, seq, id)
+    redis.call('ZADD', base .. 'flow:' .. flow, seq_text, id)
   end
   if deps ~= '' then
     redis.call('HSET', key, 'depends_on', deps)
@@ -346,7 +359,7 @@ for j = 1, n do
     parked[#parked + 1] = id
   else
     -- Due at enqueue (by the producer's clock: available_at <= created_at) or delayed.
-    woken = woken + pend(id, avail, prio, seq, created)
+    woken = woken + pend(id, avail, prio, seq_text, created)
   end
 end
 flush()
