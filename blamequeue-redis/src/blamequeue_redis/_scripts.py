@@ -244,14 +244,14 @@ end
 -- attempt more; its row goes to `out`, its expiry and id to `inflight` (the inflight zset's
 -- bulk ZADD).
 local function take(id, key, f, token, expires, inflight, out)
-  local attempts = tonumber(f[4]) + 1
+  local attempts = itext(tonumber(f[4]) + 1)
   redis.call('HSET', key, 'state', 'inflight', 'attempts', attempts, 'token', token,
     'expires_at', expires)
   move(id, f[15], 'pending', 'inflight')
   inflight[#inflight + 1] = expires
   inflight[#inflight + 1] = id
   f[1] = 'inflight'
-  f[4] = tostring(attempts)
+  f[4] = attempts
   out[#out + 1] = row(id, f)
 end
 
@@ -574,7 +574,7 @@ for j, item in ipairs(items) do
     else -- release: the interrupted attempt is given back
       local attempts = tonumber(f[6]) - 1
       if attempts < 0 then attempts = 0 end
-      redis.call('HSET', key, 'state', 'pending', 'available_at', at, 'attempts', attempts)
+      redis.call('HSET', key, 'state', 'pending', 'available_at', at, 'attempts', itext(attempts))
       move(id, f[5], 'inflight', 'pending')
       if has_err then redis.call('HSET', key, 'last_error', err) end
       woken = woken + pend(id, at, f[4], f[5], now)
