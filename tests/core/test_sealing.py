@@ -73,6 +73,26 @@ def test_sealing_the_same_text_twice_gives_different_envelopes() -> None:
     assert box.unseal(first) == box.unseal(second) == "same"
 
 
+def test_a_batch_is_sealed_as_one_by_one_each_with_a_nonce_of_its_own() -> None:
+    box = sealer(k1=b"1" * 32)
+    texts = ["same"] * 500 + ['{"a":1}', ""]
+    envelopes = box.seal_many(texts)
+    assert [box.unseal(envelope) for envelope in envelopes] == texts
+    nonces = {base64.b64decode(envelope.split(":")[2])[:24] for envelope in envelopes}
+    assert len(nonces) == len(texts)
+    assert all(envelope.startswith("bq1:k1:") for envelope in envelopes)
+    assert box.seal_many([]) == []
+
+
+def test_a_sealed_codec_seals_a_batch_with_a_sealer_that_seals_one_at_a_time() -> None:
+    # seal_many is optional on a sealer: without it the codec seals each payload.
+    codec = SealedCodec(ReversingSealer({"r1": K1}))
+    assert codec.encode_payloads([{"x": 1}, "ab"]) == ['rev:r1:}1:"x"{', 'rev:r1:"ba"']
+    with pytest.raises(QueueError) as refused:
+        codec.encode_payloads([1, {2}])
+    assert refused.value.code == "queue/bad-payload"
+
+
 def test_the_first_key_seals_and_every_key_unseals() -> None:
     old = sealer(k1=b"1" * 32)
     rotated = sealer(k2=b"2" * 32, k1=b"1" * 32)

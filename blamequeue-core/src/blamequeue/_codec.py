@@ -4,7 +4,7 @@ sealed (:class:`SealedCodec`, the default) or plain (:class:`JsonCodec`, ``seal=
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .errors import BadArgumentError, QueueError
@@ -66,6 +66,10 @@ class Codec(Protocol):
 
     def encode_payload(self, payload: Any) -> str: ...
 
+    def encode_payloads(self, payloads: Sequence[Any]) -> list[str]:
+        """:meth:`encode_payload` of each, in order (a batch's: cheaper than one by one)."""
+        ...
+
     def decode_payload(self, data: str) -> Any:
         """Raises ``queue/unseal-failed`` for a stored value it cannot read."""
         ...
@@ -96,6 +100,9 @@ class JsonCodec:
     def encode_payload(self, payload: Any) -> str:
         return dumps(payload)
 
+    def encode_payloads(self, payloads: Sequence[Any]) -> list[str]:
+        return [dumps(payload) for payload in payloads]
+
     def decode_payload(self, data: str) -> Any:
         return _loads(data)
 
@@ -121,6 +128,10 @@ class SealedCodec:
         self.sealer = sealer
         self.accept_unsealed = accept_unsealed
         self._seal = sealer.seal
+        # Optional on a sealer: one call for a batch (SecretBoxSealer draws its nonces at once).
+        self._seal_many: Callable[[Sequence[str]], list[str]] | None = getattr(
+            sealer, "seal_many", None
+        )
         self._sealer_unseal = sealer.unseal
 
     def __repr__(self) -> str:
@@ -140,6 +151,12 @@ class SealedCodec:
 
     def encode_payload(self, payload: Any) -> str:
         return self._seal(dumps(payload))
+
+    def encode_payloads(self, payloads: Sequence[Any]) -> list[str]:
+        texts = [dumps(payload) for payload in payloads]
+        if self._seal_many is not None:
+            return self._seal_many(texts)
+        return [self._seal(text) for text in texts]
 
     def decode_payload(self, data: str) -> Any:
         try:

@@ -402,13 +402,13 @@ class Queue:
                 f"lists and dicts of those): {exc}",
             ) from exc
         now = self._clock.now()
-        encode = runtime.codec.encode_payload
+        encoded = runtime.codec.encode_payloads(payloads)
         ids = [job_id] if job_id is not None else new_job_ids(len(payloads))
         return [
             NewJob(
                 id=new_id,
                 queue=queue_name,
-                payload=encode(payload),
+                payload=payload,
                 priority=priority,
                 max_attempts=attempts,
                 created_at=now,
@@ -418,7 +418,7 @@ class Queue:
                 meta=meta,
                 group_key=group_key,
             )
-            for new_id, payload in zip(ids, payloads, strict=True)
+            for new_id, payload in zip(ids, encoded, strict=True)
         ]
 
     # -- producing -------------------------------------------------------------------------
