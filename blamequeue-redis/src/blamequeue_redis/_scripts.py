@@ -359,7 +359,7 @@ for j = 1, n do
     parked[#parked + 1] = id
   else
     -- Due at enqueue (by the producer's clock: available_at <= created_at) or delayed.
-    woken = woken + pend(id, avail, prio, seq_text, created)
+    woken = woken + pend(id, avail, prio, seq, created)
   end
 end
 flush()
