@@ -12,17 +12,18 @@ from .errors import BadArgumentError, QueueError
 if TYPE_CHECKING:
     from ._sealing import Sealer
 
-__all__ = ["Codec", "JsonCodec", "SealedCodec", "dumps"]
+__all__ = ["Codec", "JsonCodec", "SealedCodec", "compact_json", "dumps"]
 
 
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
 def _one_encoder() -> Callable[[Any], str]:
-    """One encoder for every payload.  json.dumps with options builds a new one per call, and
-    JSONEncoder.encode builds its C encoder per call too: built once here (without the circular
-    reference check, whose price is a dict per call: a cycle still fails, as RecursionError), it
-    costs a third.  Where the C accelerator is missing, the encoder's own encode."""
+    """One encoder for every payload and every row a backend ships as JSON.  json.dumps with
+    options builds a new one per call, and JSONEncoder.encode builds its C encoder per call too:
+    built once here (without the circular reference check, whose price is a dict per call: a
+    cycle still fails, as RecursionError), it costs a third.  Where the C accelerator is
+    missing, the encoder's own encode."""
     make = getattr(json.encoder, "c_make_encoder", None)
     if make is None:
         return _ENCODER.encode
@@ -32,13 +33,15 @@ def _one_encoder() -> Callable[[Any], str]:
     return lambda value: "".join(chunks(value, 0))
 
 
-_encode_json = _one_encoder()
+#: Compact JSON text (``ensure_ascii=False``: text stays UTF-8; no NaN or Infinity); raises
+#: what ``json.dumps`` raises.  Backends reach it as :func:`blamequeue.abc.compact_json`.
+compact_json: Callable[[Any], str] = _one_encoder()
 
 
 def dumps(value: Any) -> str:
     """Compact JSON; raises ``queue/bad-payload`` for anything JSON cannot hold."""
     try:
-        text = _encode_json(value)
+        text = compact_json(value)
         # A lone surrogate (what os.fsdecode makes of an undecodable name) passes json.dumps
         # but no store or sealer can hold it as UTF-8.
         text.encode("utf-8")

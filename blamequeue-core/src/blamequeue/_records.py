@@ -14,14 +14,12 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ._codec import compact_json
 from ._runtime import BackendRuntime
 from .abc import Record, _records_unsupported
 from .errors import BadArgumentError
 
 __all__ = ["RecordStore", "decode_value"]
-
-_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-
 
 def _check_name(what: str, value: str) -> str:
     if not isinstance(value, str) or not value or "\0" in value:
@@ -88,7 +86,7 @@ class RecordStore:
         """Store ``value`` (JSON) under ``(kind, key)``; see :meth:`Backend.record_put`."""
         _check_name("kind", kind)
         _check_name("key", key)
-        data = _JSON.encode(value).encode()
+        data = compact_json(value).encode()
         backend, now = self.runtime.backend, self.now()
         return await self.runtime.call(
             "record_put",

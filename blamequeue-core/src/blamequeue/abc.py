@@ -49,6 +49,8 @@ from typing import Any, ClassVar, Literal, Protocol, TypeVar
 
 import attrs
 
+from ._codec import compact_json
+
 __all__ = [
     "Backend",
     "BackendContext",
@@ -70,6 +72,7 @@ __all__ = [
     "SweepResult",
     "UNIQUE_HOLDING_STATES",
     "WorkerRecord",
+    "compact_json",
     "record_prefix_bound",
 ]
 

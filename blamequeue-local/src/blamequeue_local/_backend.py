@@ -42,6 +42,7 @@ from blamequeue.abc import (
     StoredJobPage,
     SweepResult,
     WorkerRecord,
+    compact_json,
     record_prefix_bound,
 )
 from blamequeue.errors import BackendUnavailableError, BadArgumentError, QueueError
@@ -84,8 +85,7 @@ _JSON_NUL: Final = "\\u0000"
 _PADDING: Final[list[Any]] = [None] * ENQUEUE_PARAMETERS
 
 
-def _dumps(items: list[list[Any]]) -> str:
-    return json.dumps(items, ensure_ascii=False, separators=(",", ":"))
+_dumps = compact_json
 
 
 def _storable(error: str) -> str:

@@ -43,6 +43,7 @@ from blamequeue.abc import (
     StoredJobPage,
     SweepResult,
     WorkerRecord,
+    compact_json,
     record_prefix_bound,
 )
 from blamequeue.errors import BadArgumentError, ConfigError, QueueError
@@ -126,9 +127,8 @@ def _redacted(url: str) -> str:
     return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
 
 
-def _dumps(value: Any) -> str:
-    # ensure_ascii=False: text goes as UTF-8 (cjson reads it byte for byte).
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+# Compact, and text as UTF-8 (cjson reads it byte for byte).
+_dumps = compact_json
 
 
 def _text(value: Any) -> Any:
