@@ -82,6 +82,10 @@ def test_a_batch_is_sealed_as_one_by_one_each_with_a_nonce_of_its_own() -> None:
     assert len(nonces) == len(texts)
     assert all(envelope.startswith("bq1:k1:") for envelope in envelopes)
     assert box.seal_many([]) == []
+    codec = SealedCodec(box)  # a batch goes through seal_many, one payload through seal
+    for payloads in ([{"a": 1}, [2], "three"], [{"a": 1}]):
+        encoded = codec.encode_payloads(payloads)
+        assert [codec.decode_payload(text) for text in encoded] == payloads
 
 
 def test_a_sealed_codec_seals_a_batch_with_a_sealer_that_seals_one_at_a_time() -> None:

@@ -156,10 +156,9 @@ class SealedCodec:
         return self._seal(dumps(payload))
 
     def encode_payloads(self, payloads: Sequence[Any]) -> list[str]:
-        texts = [dumps(payload) for payload in payloads]
-        if self._seal_many is not None:
-            return self._seal_many(texts)
-        return [self._seal(text) for text in texts]
+        if self._seal_many is None or len(payloads) < 2:  # a batch call costs more for one
+            return [self._seal(dumps(payload)) for payload in payloads]
+        return self._seal_many([dumps(payload) for payload in payloads])
 
     def decode_payload(self, data: str) -> Any:
         try:

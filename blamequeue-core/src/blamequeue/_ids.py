@@ -61,8 +61,10 @@ def new_job_ids(count: int) -> list[str]:
     Consecutive values share all but their last two digits within each aligned run of 1024,
     so a batch spells one head per run and appends the pair: a tenth of spelling each id.
     """
-    ids: list[str] = []
     values = _new_values(count)
+    if count == 1:
+        return ["job-" + _encode(values.start)]
+    ids: list[str] = []
     value, end = values.start, values.stop
     while value < end:
         block = value >> 10

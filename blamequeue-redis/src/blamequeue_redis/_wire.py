@@ -158,6 +158,12 @@ class Wire:
         self._waiter: asyncio.Future[list[Any]] | None = None
         self.lost: BaseException | None = None
         self._transport.set_protocol(self)
+        # Registered once: stale runs before every exchange.
+        self._poller: Any = None
+        sock = self._transport.get_extra_info("socket")
+        if sock is not None:
+            self._poller = select.poll()
+            self._poller.register(sock.fileno(), select.POLLIN)
 
     @property
     def stale(self) -> bool:
@@ -165,12 +171,7 @@ class Wire:
         looked yet) readable while no reply is due: the server closed it (a restart)."""
         if self.lost is not None or self._chunks or self._transport.is_closing():
             return True
-        sock = self._transport.get_extra_info("socket")
-        if sock is None:
-            return False
-        poller = select.poll()
-        poller.register(sock.fileno(), select.POLLIN)
-        return bool(poller.poll(0))
+        return self._poller is not None and bool(self._poller.poll(0))
 
     async def exchange(self, packed: bytes, count: int) -> list[Any]:
         """Send ``packed`` (``count`` commands) and return their ``count`` replies."""
