@@ -9,6 +9,7 @@ import inspect
 import json
 import logging
 import traceback
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -267,6 +268,20 @@ def _call_catching(
 
 
 def _is_async(handler: Handler) -> bool:
+    # Asked for every job; inspect's answer costs more than a no-op handler's run.
+    try:
+        return _async_handlers[handler]
+    except KeyError:
+        answer = _async_handlers[handler] = _inspect_async(handler)
+        return answer
+    except TypeError:  # an unhashable callable object
+        return _inspect_async(handler)
+
+
+_async_handlers: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
+
+
+def _inspect_async(handler: Handler) -> bool:
     target = handler
     while isinstance(target, functools.partial):
         target = target.func
