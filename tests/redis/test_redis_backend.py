@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
+import attrs
 import pytest
 import redis
 import redis.asyncio
@@ -19,8 +20,9 @@ from blamequeue._clock import SystemClock
 from blamequeue.abc import BackendContext, NewJob, Settlement
 from blamequeue.errors import BadArgumentError, ConfigError
 from blamequeue_redis import RedisBackend
+from blamequeue_redis._backend import _enqueue_rows
 from blamequeue_redis._keys import hash_tag
-from blamequeue_redis._scripts import SCRIPTS, Script
+from blamequeue_redis._scripts import ENQUEUE_WIDTH, SCRIPTS, Script
 from blamequeue_redis._server import RedisServer
 from blamequeue_redis._transport import POOL_SIZE
 from blamequeue_testing import VirtualClock
@@ -191,6 +193,47 @@ async def test_available_at_orders_exactly_to_the_last_bit(backend: RedisBackend
         ]
     )
     assert await lease_ids(backend, now=later) == ["earlier", "later"]
+
+
+async def test_one_batch_stores_every_kind_of_row_as_sent(backend: RedisBackend) -> None:
+    # ENQUEUE reads a batch as one flat array: rows with and without optional fields, delayed,
+    # parked behind dependencies and in a flow must each land whole, none shifted.
+    plain = new_job("plain", priority=-3)
+    tagged = attrs.evolve(
+        new_job("tagged", available_at=T0 + 60, priority=2**31 - 1),
+        classification="pii",
+        trace_id="trace-1",
+        meta='{"k":1}',
+        group_key="tenant-a",
+    )
+    child = attrs.evolve(
+        new_job("child", priority=-(2**31)),
+        flow_id="f1",
+        depends_on=("plain", "tagged"),
+        parked=True,
+    )
+    assert len(_enqueue_rows([plain, tagged, child])) == 3 * ENQUEUE_WIDTH
+    await backend.enqueue([plain, tagged, child])
+    stored = {job_id: await backend.get_job(job_id) for job_id in ("plain", "tagged", "child")}
+    for sent in (plain, tagged, child):
+        got = stored[sent.id]
+        assert got is not None
+        assert (got.payload, got.priority, got.max_attempts, got.attempts) == (
+            sent.payload,
+            sent.priority,
+            sent.max_attempts,
+            0,
+        )
+        assert (got.created_at, got.available_at) == (sent.created_at, sent.available_at)
+        assert (got.classification, got.trace_id, got.meta, got.group_key) == (
+            sent.classification,
+            sent.trace_id,
+            sent.meta,
+            sent.group_key,
+        )
+        assert (got.flow_id, tuple(got.depends_on)) == (sent.flow_id, sent.depends_on)
+        assert got.state == ("parked" if sent.parked else "pending")
+    assert await lease_ids(backend, now=T0 + 60) == ["tagged", "plain"]
 
 
 async def test_negative_and_positive_times_order_by_value(backend: RedisBackend) -> None:

@@ -21,6 +21,7 @@ from .errors import BadArgumentError
 
 __all__ = ["RecordStore", "decode_value"]
 
+
 def _check_name(what: str, value: str) -> str:
     if not isinstance(value, str) or not value or "\0" in value:
         raise BadArgumentError(

@@ -74,10 +74,10 @@ _DLQ_RETRY_ATTEMPTS: Final = 5
 _UNIQUE_ATTEMPTS: Final = 5
 
 
-# How json.dumps writes a NUL character, which SQLite's JSON functions would cut text at.  Its
-# absence proves a batch holds no NUL (a literal backslash-u0000 in the data is written with
-# the backslash doubled, which this also matches: such a batch is refused needlessly, and
-# only when it is too large for bound parameters).
+# How JSON (compact_json, as json.dumps) writes a NUL character, which SQLite's JSON functions
+# would cut text at.  Its absence proves a batch holds no NUL (a literal backslash-u0000 in the
+# data is written with the backslash doubled, which this also matches: such a batch is refused
+# needlessly, and only when it is too large for bound parameters).
 _JSON_NUL: Final = "\\u0000"
 
 
