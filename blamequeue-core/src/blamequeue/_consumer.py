@@ -200,9 +200,16 @@ class Consumer:
     async def _worker(self) -> None:
         ready = self._ready
         while True:
-            while ready:
-                await self._execute(ready.popleft())
-            await self._ready_event.wait()
+            # One cancel scope for the jobs this worker runs one after another (one per job
+            # cost more than a no-op handler's run).  Only the job running in it can cancel it
+            # (through _running); once that happened the scope is spent, so a new one is opened
+            # for the next job, whether the cancellation ended the handler or it swallowed it.
+            with anyio.CancelScope() as scope:
+                while not scope.cancel_called:
+                    if ready:
+                        await self._execute(ready.popleft(), scope)
+                    else:
+                        await self._ready_event.wait()
 
     def _dispatch(self, attempts: list[Attempt]) -> None:
         self._ready.extend(attempts)
@@ -388,18 +395,21 @@ class Consumer:
                 tg.start_soon(first, wait)
         return []
 
-    async def _execute(self, attempt: Attempt) -> None:
+    async def _execute(self, attempt: Attempt, scope: anyio.CancelScope) -> None:
+        """Run ``attempt`` in the worker's ``scope`` (which cancelling the job cancels) and
+        queue its settlement."""
         job_id = attempt.job.id
+        self._running[job_id] = (attempt, scope)
         try:
-            with anyio.CancelScope() as scope:
-                self._running[job_id] = (attempt, scope)
-                if self._aborting:
-                    scope.cancel()
-                try:
-                    attempt.settlement = await run_attempt(self._runtime, attempt, self._handler)
-                finally:
-                    self._running.pop(job_id, None)
+            if self._aborting:
+                scope.cancel()
+            attempt.settlement = await run_attempt(self._runtime, attempt, self._handler)
         except anyio.get_cancelled_exc_class():
+            if scope.cancel_called:
+                # This job was cancelled (Queue.cancel, or abort at shutdown): settled as
+                # below, by the settle loop; the worker's scope ends here and swallows this.
+                self._queue_settlement(attempt)
+                raise
             # Cancelled from outside the consumer (its task group is going away): the settle
             # loop is being cancelled too, so hand the job back here, shielded.
             attempt.settlement = release(self._runtime, attempt)
@@ -409,6 +419,11 @@ class Consumer:
             self.stats.add(counts)
             self._held -= 1
             raise
+        finally:
+            self._running.pop(job_id, None)
+        self._queue_settlement(attempt)
+
+    def _queue_settlement(self, attempt: Attempt) -> None:
         if attempt.state.cancelled:
             # Queue.cancel already ended the job in the store; its lease settles nothing.
             attempt.settlement = None
