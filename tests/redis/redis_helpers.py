@@ -18,10 +18,35 @@ import pytest
 import redis
 import redis.cluster
 
+from blamequeue.abc import NewJob
 from blamequeue_redis._server import INSTALL_HINT, RedisServer, RedisServerError
 
 SEAL: dict[str, Any] = {"keys": {"t1": base64.b64encode(secrets.token_bytes(32)).decode()}}
 """A seal key for the tests' queues (the redis backend requires one, or ``seal=False``)."""
+
+T0 = 1_000.0
+"""The time the backend tests' jobs are made at, unless they say otherwise."""
+
+
+def new_job(
+    job_id: str,
+    queue: str = "q",
+    *,
+    priority: int = 0,
+    available_at: float = T0,
+    created_at: float = T0,
+    payload: str = '"p"',
+) -> NewJob:
+    """A job to hand a backend's ``enqueue`` directly (below the queue's checks)."""
+    return NewJob(
+        id=job_id,
+        queue=queue,
+        payload=payload,
+        priority=priority,
+        max_attempts=5,
+        created_at=created_at,
+        available_at=available_at,
+    )
 
 
 def start_server(args: Sequence[str] = (), **kwargs: Any) -> RedisServer:

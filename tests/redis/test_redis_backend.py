@@ -13,7 +13,7 @@ import pytest
 import redis
 import redis.asyncio
 from redis.crc import key_slot
-from redis_helpers import SEAL, config
+from redis_helpers import SEAL, T0, config, new_job
 
 from blamequeue import Job, JobContext, Queue
 from blamequeue._clock import SystemClock
@@ -29,28 +29,7 @@ from blamequeue_testing import VirtualClock
 
 pytestmark = pytest.mark.anyio
 
-T0 = 1_000.0
 SAFETY_NET = 10.0  # real seconds before a wait is declared hung (never reached when it works)
-
-
-def new_job(
-    job_id: str,
-    queue: str = "q",
-    *,
-    priority: int = 0,
-    available_at: float = T0,
-    created_at: float = T0,
-    payload: str = '"p"',
-) -> NewJob:
-    return NewJob(
-        id=job_id,
-        queue=queue,
-        payload=payload,
-        priority=priority,
-        max_attempts=5,
-        created_at=created_at,
-        available_at=available_at,
-    )
 
 
 @pytest.fixture

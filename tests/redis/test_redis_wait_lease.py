@@ -12,7 +12,7 @@ from typing import Any
 import anyio
 import pytest
 import redis
-from redis_helpers import LocalCluster
+from redis_helpers import LocalCluster, new_job
 
 from blamequeue._clock import SystemClock
 from blamequeue.abc import BackendContext, NewJob, Settlement
@@ -24,22 +24,14 @@ LEASE = 30.0
 SAFETY_NET = 10.0  # real seconds before a wait is declared hung (never reached when it works)
 
 
-def new_job(job_id: str) -> NewJob:
+def due_job(job_id: str) -> NewJob:
     # Due a second ago: the lease's clock is the waiter's, read as the wait is sent and moved on
     # by the time Redis saw it wait; on trio (a worker thread waiting for the GIL) that reading
     # can be milliseconds older than the wait, so a job made the same instant may not be due
     # yet by it (the consumer then leases it with a call of its own).  These tests are about
     # the exchange, not that margin.
     now = time.time() - 1.0
-    return NewJob(
-        id=job_id,
-        queue="q",
-        payload='"p"',
-        priority=0,
-        max_attempts=5,
-        created_at=now,
-        available_at=now,
-    )
+    return new_job(job_id, created_at=now, available_at=now)
 
 
 async def opened(url: str, **options: Any) -> RedisBackend:
@@ -116,7 +108,7 @@ async def test_a_wait_that_takes_a_wake_token_leases_in_the_same_exchange(
     async with anyio.create_task_group() as tg:
         tg.start_soon(wait)
         await until_blocked(client)
-        await producer.enqueue([new_job("j1"), new_job("j2")])
+        await producer.enqueue([due_job("j1"), due_job("j2")])
     (leases,) = taken
     assert sorted(lease.job.id for lease in leases) == ["j1", "j2"]
     assert {lease.job.state for lease in leases} == {"inflight"}
@@ -142,7 +134,7 @@ async def test_the_lease_takes_no_more_than_its_limit(
     pair: tuple[RedisBackend, RedisBackend, Any],
 ) -> None:
     waiter, producer, client = pair
-    await producer.enqueue([new_job(f"j{n}") for n in range(5)])  # also leaves wake tokens
+    await producer.enqueue([due_job(f"j{n}") for n in range(5)])  # also leaves wake tokens
     leases = await waiter.wait_and_lease(
         "q", timeout=SAFETY_NET, limit=2, now=time.time(), lease_seconds=LEASE
     )
@@ -168,7 +160,7 @@ async def test_a_cancelled_wait_gives_back_what_it_took(
     pair: tuple[RedisBackend, RedisBackend, Any],
 ) -> None:
     waiter, producer, client = pair
-    await producer.enqueue([new_job("j1")])
+    await producer.enqueue([due_job("j1")])
     signal = waiter._keys("q")[0].signal
     client.delete(signal)  # so that the wait blocks although j1 is pending
     async with anyio.create_task_group() as tg:
@@ -197,7 +189,7 @@ async def test_scripts_the_server_forgot_are_loaded_again_and_the_wait_only_wait
     pair: tuple[RedisBackend, RedisBackend, Any],
 ) -> None:
     waiter, producer, client = pair
-    await producer.enqueue([new_job("j1")])
+    await producer.enqueue([due_job("j1")])
     client.script_flush()  # on a cluster: on every node
     # Nothing leased: the caller leases itself (and the token the wait took is dropped).
     assert (
@@ -205,7 +197,7 @@ async def test_scripts_the_server_forgot_are_loaded_again_and_the_wait_only_wait
         is None
     )
     assert wake_keys(client) == []
-    await producer.enqueue([new_job("j2")])
+    await producer.enqueue([due_job("j2")])
     leases = await waiter.wait_and_lease(
         "q", timeout=SAFETY_NET, limit=5, now=time.time(), lease_seconds=LEASE
     )
