@@ -73,8 +73,16 @@ ENVELOPE_VERSION = "bq1"
 DEFAULT_SEALER = "secretbox"
 KEY_BYTES = nacl.secret.SecretBox.KEY_SIZE  # 32
 _NONCE_BYTES = nacl.secret.SecretBox.NONCE_SIZE  # 24: random nonces never repeat in practice
+_MAC_BYTES = nacl.secret.SecretBox.MACBYTES  # 16
 _secretbox_easy = nacl.bindings.crypto_secretbox_easy
 _secretbox_open_easy = nacl.bindings.crypto_secretbox_open_easy
+try:
+    # pynacl's own cffi handle on libsodium, the one its bindings call: a batch seals into one
+    # buffer without the binding's checks and allocations per message (~0.8 us a payload).
+    from nacl._sodium import ffi as _sodium_ffi  # type: ignore[import-not-found]
+    from nacl._sodium import lib as _sodium_lib
+except ImportError:  # a pynacl laid out otherwise: the public bindings, one call per payload
+    _sodium_ffi = _sodium_lib = None
 ENV_VAR = "BLAMEQUEUE_SEAL_KEYS"
 _KID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
 _SEAL_OPTIONS = frozenset({"keys", "sealer", "accept_unsealed"})
@@ -145,12 +153,25 @@ class SecretBoxSealer:
         """:meth:`seal` of each text, their random nonces drawn in one call (a batch's
         share of that call is what one nonce per call costs here)."""
         nonces = os.urandom(_NONCE_BYTES * len(texts))
-        head, key = self._head, self._writer_key
+        head, key, b2a = self._head, self._writer_key, binascii.b2a_base64
         envelopes = []
-        for start, text in zip(range(0, len(nonces), _NONCE_BYTES), texts, strict=True):
-            nonce = nonces[start : start + _NONCE_BYTES]
-            sealed = nonce + _secretbox_easy(text.encode("utf-8"), nonce, key)
-            envelopes.append(head + binascii.b2a_base64(sealed, newline=False).decode("ascii"))
+        starts = range(0, len(nonces), _NONCE_BYTES)
+        if _sodium_lib is None or _sodium_ffi is None:
+            for start, text in zip(starts, texts, strict=True):
+                nonce = nonces[start : start + _NONCE_BYTES]
+                sealed = nonce + _secretbox_easy(text.encode("utf-8"), nonce, key)
+                envelopes.append(head + b2a(sealed, newline=False).decode("ascii"))
+            return envelopes
+        messages = [text.encode("utf-8") for text in texts]
+        box = _sodium_ffi.new("unsigned char[]", max(map(len, messages), default=0) + _MAC_BYTES)
+        boxed, nonce_at = _sodium_ffi.buffer(box), _sodium_ffi.from_buffer(nonces)
+        secretbox = _sodium_lib.crypto_secretbox_easy
+        for start, message in zip(starts, messages, strict=True):
+            size = len(message)
+            if secretbox(box, message, size, nonce_at + start, key) != 0:
+                raise nacl.exceptions.CryptoError("libsodium refused to seal a payload")
+            sealed = nonces[start : start + _NONCE_BYTES] + boxed[: size + _MAC_BYTES]
+            envelopes.append(head + b2a(sealed, newline=False).decode("ascii"))
         return envelopes
 
     def unseal(self, envelope: str) -> str:
