@@ -20,7 +20,7 @@ from blamequeue._clock import SystemClock
 from blamequeue.abc import BackendContext, NewJob, Settlement
 from blamequeue.errors import BadArgumentError, ConfigError
 from blamequeue_redis import RedisBackend
-from blamequeue_redis._backend import _enqueue_rows
+from blamequeue_redis._backend import _enqueue_batch
 from blamequeue_redis._keys import hash_tag
 from blamequeue_redis._scripts import ENQUEUE_WIDTH, SCRIPTS, Script
 from blamequeue_redis._server import RedisServer
@@ -175,8 +175,9 @@ async def test_available_at_orders_exactly_to_the_last_bit(backend: RedisBackend
 
 
 async def test_one_batch_stores_every_kind_of_row_as_sent(backend: RedisBackend) -> None:
-    # ENQUEUE reads a batch as one flat array: rows with and without optional fields, delayed,
-    # parked behind dependencies and in a flow must each land whole, none shifted.
+    # ENQUEUE reads a mixed batch's rows as one flat array: rows with and without optional
+    # fields, delayed, parked behind dependencies and in a flow must each land whole, none
+    # shifted.
     plain = new_job("plain", priority=-3)
     tagged = attrs.evolve(
         new_job("tagged", available_at=T0 + 60, priority=2**31 - 1),
@@ -191,11 +192,45 @@ async def test_one_batch_stores_every_kind_of_row_as_sent(backend: RedisBackend)
         depends_on=("plain", "tagged"),
         parked=True,
     )
-    assert len(_enqueue_rows([plain, tagged, child])) == 3 * ENQUEUE_WIDTH
+    ids, _payloads, shared, rows = _enqueue_batch([plain, tagged, child])
+    assert (ids, shared, len(rows)) == (["plain", "tagged", "child"], 0, 3 * ENQUEUE_WIDTH)
     await backend.enqueue([plain, tagged, child])
-    stored = {job_id: await backend.get_job(job_id) for job_id in ("plain", "tagged", "child")}
-    for sent in (plain, tagged, child):
-        got = stored[sent.id]
+    await assert_stored_as_sent(backend, [plain, tagged, child])
+    assert await lease_ids(backend, now=T0 + 60) == ["tagged", "plain"]
+
+
+@pytest.mark.parametrize("last_differs_in", [None, "priority", "meta", "depends_on"])
+async def test_a_batch_sharing_its_options_sends_them_once_and_stores_each_job_whole(
+    backend: RedisBackend, last_differs_in: str | None
+) -> None:
+    # What one enqueue_many call makes (the same options, ids and payloads of their own)
+    # travels as one shared row; a batch whose last job alone differs goes row by row.
+    jobs = [
+        attrs.evolve(
+            new_job(f"j{n}", available_at=T0 + 60, priority=4, payload=f'"p{n}"'),
+            classification="pii",
+            trace_id="trace-1",
+            meta='{"k":1}',
+            group_key="tenant-a",
+        )
+        for n in range(5)
+    ]
+    differs = {"priority": 5, "meta": '{"k":2}', "depends_on": ("j0",)}
+    if last_differs_in is not None:
+        jobs[-1] = attrs.evolve(jobs[-1], **{last_differs_in: differs[last_differs_in]})
+    ids, payloads, shared, rows = _enqueue_batch(jobs)
+    assert (ids, payloads) == ([job.id for job in jobs], [job.payload for job in jobs])
+    if last_differs_in is None:
+        assert (len(shared), rows) == (ENQUEUE_WIDTH, 0)
+    else:
+        assert (shared, len(rows)) == (0, len(jobs) * ENQUEUE_WIDTH)
+    await backend.enqueue(jobs)
+    await assert_stored_as_sent(backend, jobs)
+
+
+async def assert_stored_as_sent(backend: RedisBackend, jobs: list[NewJob]) -> None:
+    for sent in jobs:
+        got = await backend.get_job(sent.id)
         assert got is not None
         assert (got.payload, got.priority, got.max_attempts, got.attempts) == (
             sent.payload,
@@ -212,7 +247,6 @@ async def test_one_batch_stores_every_kind_of_row_as_sent(backend: RedisBackend)
         )
         assert (got.flow_id, tuple(got.depends_on)) == (sent.flow_id, sent.depends_on)
         assert got.state == ("parked" if sent.parked else "pending")
-    assert await lease_ids(backend, now=T0 + 60) == ["tagged", "plain"]
 
 
 async def test_negative_and_positive_times_order_by_value(backend: RedisBackend) -> None:

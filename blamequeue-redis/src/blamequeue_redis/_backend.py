@@ -15,6 +15,7 @@ import contextlib
 import json
 import logging
 import math
+import operator
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, ClassVar, Final, TypeVar, cast
@@ -203,36 +204,62 @@ def _leases_after_wait(queue: str, token: str, reply: Any) -> list[Lease]:
     ]
 
 
-def _enqueue_rows(jobs: Sequence[NewJob], optional: Sequence[str] = ()) -> list[Any]:
-    """The jobs as the ENQUEUE script reads them (one flat list, ``ENQUEUE_WIDTH`` values per
-    job); ``optional``: more (field, value) pairs for each.  A batch's jobs share their times,
-    so each time is spelled once."""
-    spelled: dict[float, str] = {}
+#: What a job shares with the rest of its batch when the core enqueues one call's payloads
+#: (everything but the id and the payload).
+_SHARED_FIELDS = operator.attrgetter(
+    "priority",
+    "created_at",
+    "available_at",
+    "max_attempts",
+    "parked",
+    "flow_id",
+    "depends_on",
+    "classification",
+    "trace_id",
+    "meta",
+    "group_key",
+)
+
+
+def _enqueue_batch(jobs: Sequence[NewJob], optional: Sequence[str] = ()) -> list[Any]:
+    """The jobs as the ENQUEUE script reads them: ``[ids, payloads, shared, rows]``.  A batch
+    whose jobs differ only in id and payload (one ``enqueue_many`` call) sends the rest of a
+    row once as ``shared`` (``rows`` 0); otherwise ``rows`` holds ``ENQUEUE_WIDTH`` values per
+    job (``shared`` 0).  ``optional``: more (field, value) pairs for each job."""
+    ids = [job.id for job in jobs]
+    payloads = [job.payload for job in jobs]
+    first = _SHARED_FIELDS(jobs[0])
+    if all(map(first.__eq__, map(_SHARED_FIELDS, jobs))):
+        return [ids, payloads, _enqueue_row(jobs[0], optional, {}), 0]
+    spelled: dict[float, str] = {}  # a batch's jobs share their times: each spelled once
     rows: list[Any] = []
     for job in jobs:
-        fields = list(optional)
-        if job.classification is not None:
-            fields += ("classification", job.classification)
-        if job.trace_id is not None:
-            fields += ("trace_id", job.trace_id)
-        if job.meta is not None:
-            fields += ("meta", job.meta)
-        if job.group_key is not None:
-            fields += ("group_key", job.group_key)
-        created, available = job.created_at, job.available_at
-        rows += (
-            job.id,
-            job.priority,
-            spelled.get(created) or spelled.setdefault(created, repr(created)),
-            spelled.get(available) or spelled.setdefault(available, repr(available)),
-            job.max_attempts,
-            job.payload,
-            job.parked,
-            job.flow_id or "",
-            " ".join(job.depends_on),
-            fields or 0,
-        )
-    return rows
+        rows += _enqueue_row(job, optional, spelled)
+    return [ids, payloads, 0, rows]
+
+
+def _enqueue_row(job: NewJob, optional: Sequence[str], spelled: dict[float, str]) -> list[Any]:
+    """One job's ``ENQUEUE_WIDTH`` values after its id and payload."""
+    fields = list(optional)
+    if job.classification is not None:
+        fields += ("classification", job.classification)
+    if job.trace_id is not None:
+        fields += ("trace_id", job.trace_id)
+    if job.meta is not None:
+        fields += ("meta", job.meta)
+    if job.group_key is not None:
+        fields += ("group_key", job.group_key)
+    created, available = job.created_at, job.available_at
+    return [
+        job.priority,
+        spelled.get(created) or spelled.setdefault(created, repr(created)),
+        spelled.get(available) or spelled.setdefault(available, repr(available)),
+        job.max_attempts,
+        job.parked,
+        job.flow_id or "",
+        " ".join(job.depends_on),
+        fields or 0,
+    ]
 
 
 def _token_queue(token: str) -> str | None:
@@ -474,7 +501,7 @@ class RedisBackend(Backend):
         # time; a cluster could not make several queues' slots atomic anyway).
         for queue, batch in by_queue.items():
             keys, script_keys = await self._enqueue_keys(queue)
-            args = (keys.base, queue, _dumps(_enqueue_rows(batch)))
+            args = (keys.base, queue, _dumps(_enqueue_batch(batch)))
             await self._guard(transport.script(ENQUEUE, script_keys, args))
 
     async def _enqueue_keys(self, queue: str) -> tuple[QueueKeys, tuple[str, ...]]:
@@ -498,8 +525,8 @@ class RedisBackend(Backend):
         if hold_until is not None:
             optional += ("unique_until", repr(hold_until))
             ttl = str(max(1, math.ceil((hold_until - now) * 1000)))
-        rows = _enqueue_rows([job], optional)
-        args = (keys.base, job.queue, _dumps(rows), unique_key, repr(now), ttl)
+        batch = _enqueue_batch([job], optional)
+        args = (keys.base, job.queue, _dumps(batch), unique_key, repr(now), ttl)
         reply = await self._guard(self._require().script(ENQUEUE_UNIQUE, script_keys, args))
         # The script answers the holder's id, or how many jobs it stored (then ours holds it).
         return job.id if isinstance(reply, int) else str(_text(reply))

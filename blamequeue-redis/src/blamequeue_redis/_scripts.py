@@ -58,8 +58,8 @@ __all__ = [
     "Script",
 ]
 
-#: How many values each job takes in ENQUEUE's flat array of rows.
-ENQUEUE_WIDTH: Final = 10
+#: How many values a job's row takes in ENQUEUE's flat array of rows (after its id and payload).
+ENQUEUE_WIDTH: Final = 8
 
 #: The most wake-up tokens a queue's signal list holds (each wakes one idle consumer).
 WAKE_TOKENS: Final = 16
@@ -281,27 +281,33 @@ def _script(name: str, body: str) -> Script:
     return Script(name, PRELUDE + body)
 
 
-# ARGV: base, queue name, the jobs as one flat JSON array, ENQUEUE_WIDTH values per job: id,
-# priority, created_at, available_at, max_attempts, payload, parked (true/false), flow_id
-# ('' = none), dependency ids (space-separated, '' = none), optional [field, value, ...] (0 =
-# none); times as decimal strings.  Flat, because cjson makes a table per array: one for the
-# batch instead of three per job.  KEYS[2], when given, is the queue registry (single server
-# only; on a cluster the backend registers the queue itself, the registry living in another
-# slot).
+# ARGV: base, queue name, the jobs as one JSON array [ids, payloads, shared, rows]: `rows` is
+# one flat array of ENQUEUE_WIDTH values per job (priority, created_at, available_at,
+# max_attempts, parked (true/false), flow_id ('' = none), dependency ids (space-separated, '' =
+# none), optional [field, value, ...] (0 = none); times as decimal strings), or 0 when every job
+# has the same values, sent once as `shared`.  Flat, because cjson makes a table per array.
+# KEYS[2], when given, is the queue registry (single server only; on a cluster the backend
+# registers the queue itself, the registry living in another slot).
 ENQUEUE: Final = _script(
     "enqueue",
     f"""
 local W = {ENQUEUE_WIDTH}
-local rows = cjson.decode(ARGV[3])
-local n = #rows / W
+local batch = cjson.decode(ARGV[3])
+local ids, payloads, shared, rows = batch[1], batch[2], batch[3], batch[4]
+local n = #ids
 local seen, keys = {{}}, {{}}
 for j = 1, n do
-  local id = rows[(j - 1) * W + 1]
+  local id = ids[j]
   if seen[id] then
     return redis.error_reply('BQDUP a job with id ' .. id .. ' already exists')
   end
   seen[id] = true
   keys[j] = jkey(id)
+end
+-- The row of job j: (table, offset) of its values.
+local function row_of(j)
+  if rows == 0 then return shared, 0 end
+  return rows, (j - 1) * W
 end
 -- One EXISTS per chunk of ids: none stored is the common case.
 local stored = 0
@@ -313,15 +319,14 @@ if stored > 0 then
   -- queue's retry of this very call after its reply was lost: acknowledge it, store nothing.
   local replayed, taken = 0, nil
   for j = 1, n do
-    local at = (j - 1) * W
-    local id = rows[at + 1]
     if redis.call('EXISTS', keys[j]) == 1 then
+      local r, at = row_of(j)
       local f = redis.call('HMGET', keys[j], 'created_at', 'payload')
-      if f[1] ~= rows[at + 3] or f[2] ~= rows[at + 6] then
-        return redis.error_reply('BQDUP a job with id ' .. id .. ' already exists')
+      if f[1] ~= r[at + 2] or f[2] ~= payloads[j] then
+        return redis.error_reply('BQDUP a job with id ' .. ids[j] .. ' already exists')
       end
       replayed = replayed + 1
-      taken = taken or id
+      taken = taken or ids[j]
     end
   end
   if replayed == n then return n end
@@ -331,16 +336,16 @@ local pending_index, parked_index, parked = {{}}, {{}}, {{}}
 local seq = redis.call('INCRBY', K_SEQ, n) - n
 local woken = 0
 for j = 1, n do
-  local at = (j - 1) * W
-  local id, prio, created, avail = rows[at + 1], rows[at + 2], rows[at + 3], rows[at + 4]
-  local flow, deps, opt = rows[at + 8], rows[at + 9], rows[at + 10]
+  local r, at = row_of(j)
+  local id, prio, created, avail = ids[j], r[at + 1], r[at + 2], r[at + 3]
+  local flow, deps, opt = r[at + 6], r[at + 7], r[at + 8]
   seq = seq + 1
   local seq_text = string.format('%d', seq)
   local key = keys[j]
   local state, index = 'pending', pending_index
-  if rows[at + 7] then state, index = 'parked', parked_index end
-  redis.call('HSET', key, 'state', state, 'payload', rows[at + 6], 'priority', itext(prio),
-    'attempts', '0', 'max_attempts', itext(rows[at + 5]), 'created_at', created,
+  if r[at + 5] then state, index = 'parked', parked_index end
+  redis.call('HSET', key, 'state', state, 'payload', payloads[j], 'priority', itext(prio),
+    'attempts', '0', 'max_attempts', itext(r[at + 4]), 'created_at', created,
     'available_at', avail, 'seq', seq_text)
   index[#index + 1] = seq_text
   index[#index + 1] = id
@@ -388,7 +393,7 @@ if holder then
     return holder
   end
 end
-local new_id = cjson.decode(ARGV[3])[1]
+local new_id = cjson.decode(ARGV[3])[1][1]
 if redis.call('EXISTS', jkey(new_id)) == 0 then  -- else ENQUEUE's check below refuses it
   if ARGV[6] ~= '' then
     redis.call('SET', ukey, new_id, 'PX', ARGV[6])
