@@ -91,6 +91,20 @@ def test_key_prefix_must_be_plain_text_without_braces(prefix: object) -> None:
     assert "'key_prefix'" in invalid(url=URL, key_prefix=prefix).message
 
 
+def test_reply_poll_defaults_to_200_us_and_takes_0_to_turn_it_off() -> None:
+    assert make_backend(url=URL)._config.reply_poll_us == 200
+    assert make_backend(url=URL, reply_poll_us=None)._config.reply_poll_us == 200
+    assert make_backend(url=URL, reply_poll_us=0)._config.reply_poll_us == 0
+    assert make_backend(client=redis.Redis(), reply_poll_us=50)._config.reply_poll_us == 50
+
+
+@pytest.mark.parametrize("value", [-1, 10_001, 1.5, "200", True])
+def test_reply_poll_must_be_whole_microseconds_within_bounds(value: object) -> None:
+    message = invalid(url=URL, reply_poll_us=value).message
+    assert "'reply_poll_us'" in message
+    assert "from 0 (never poll) to 10000" in message
+
+
 def test_client_must_be_a_redis_py_client() -> None:
     assert "'client'" in invalid(client=object()).message
 

@@ -3,8 +3,8 @@
 On asyncio the transport sends scripts over connections it took over from redis-py and parses
 the replies itself; on trio the calls go through redis-py's sync client.  Either way a script's
 reply must come back exactly as redis-py's own parser types it, in RESP2 and in RESP3 (redis-py's
-default), whole however it arrives, and an idle connection the server closed must not fail the
-next call.
+default), whole however it arrives (read by the event loop, or by polling the socket for a
+reply due soon), and an idle connection the server closed must not fail the next call.
 """
 
 from __future__ import annotations
@@ -18,12 +18,13 @@ import redis.asyncio.connection
 from redis.exceptions import NoScriptError, ResponseError
 
 import blamequeue_redis._transport
+import blamequeue_redis._wire
 from blamequeue._clock import SystemClock
 from blamequeue.abc import BackendContext
 from blamequeue_redis import RedisBackend
 from blamequeue_redis._scripts import Script
 from blamequeue_redis._transport import Transport
-from blamequeue_redis._wire import _Incomplete, _parse, can_take_over
+from blamequeue_redis._wire import Wire, _Incomplete, _parse, can_take_over
 
 pytestmark = pytest.mark.anyio
 
@@ -50,10 +51,16 @@ _NIL = Script("nil", "return nil")
 _FAILS = Script("fails", "return redis.error_reply('BOOM the script said no')")
 
 
-@pytest.fixture(params=["2", "3"], ids=["resp2", "resp3"])
+@pytest.fixture(
+    params=[("2", 200), ("3", 200), ("2", 0)], ids=["resp2", "resp3", "resp2-loop-only"]
+)
 async def transport(redis_url: str, request: pytest.FixtureRequest) -> AsyncIterator[Transport]:
-    url = f"{redis_url}?protocol={request.param}"
-    backend = RedisBackend({"url": url}, BackendContext(name="r", clock=SystemClock()))
+    protocol, reply_poll_us = request.param
+    url = f"{redis_url}?protocol={protocol}"
+    backend = RedisBackend(
+        {"url": url, "reply_poll_us": reply_poll_us},
+        BackendContext(name="r", clock=SystemClock()),
+    )
     await backend.open()
     try:
         yield backend._require()
@@ -101,6 +108,64 @@ async def test_an_idle_connection_the_server_closed_does_not_fail_the_next_call(
     # What a server restart does to every idle connection, without the restart.
     assert redis_client.client_kill_filter(_type="normal", skipme=True) >= 1
     assert await transport.script(_ECHO, ["{t}h"], ["after"]) == "after"
+
+
+# ~0.1 s of Lua: far longer than the longest poll.
+_SLOW = Script("slow", "local n = 0 for i = 1, 10000000 do n = n + 1 end return n")
+
+
+async def test_a_reply_is_polled_for_only_while_replies_of_its_kind_come_quickly(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch, anyio_backend: str
+) -> None:
+    polled: list[bool] = []
+    poll_reply = Wire._poll_reply
+
+    def spy(wire: Wire, waiter: Any, deadline: float) -> None:
+        poll_reply(wire, waiter, deadline)
+        polled.append(waiter.done())
+
+    monkeypatch.setattr(Wire, "_poll_reply", spy)
+    monkeypatch.setattr(blamequeue_redis._wire, "_cores", lambda: 2)
+    backend = RedisBackend(
+        {"url": redis_url, "reply_poll_us": 10_000}, BackendContext(name="r", clock=SystemClock())
+    )
+    await backend.open()
+    try:
+        transport = backend._require()
+        await transport.load([_SLOW])
+        for _ in range(3):
+            assert await transport.script(_ECHO, ["{t}h"], ["quick"]) == "quick"
+        if anyio_backend == "trio":  # calls go through worker threads: nothing polls
+            assert polled == []
+            return
+        assert polled == [True, True, True]  # each reply read by polling, not by the loop
+        polled.clear()
+        # A script running longer than the poll: polled for once, in vain; its next call
+        # sleeps in the loop at once, while a quick script is still polled for.
+        for _ in range(2):
+            assert await transport.script(_SLOW, ["{t}h"], []) == 10_000_000
+        assert await transport.script(_ECHO, ["{t}h"], ["quick"]) == "quick"
+        assert polled == [False, True]
+    finally:
+        await backend.close()
+
+
+async def test_a_machine_of_one_core_never_polls(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Polling there would keep the server from the core it needs to answer.
+    monkeypatch.setattr(Wire, "_poll_reply", _never)
+    monkeypatch.setattr(blamequeue_redis._wire, "_cores", lambda: 1)
+    backend = RedisBackend({"url": redis_url}, BackendContext(name="r", clock=SystemClock()))
+    await backend.open()
+    try:
+        assert await backend._require().script(_ECHO, ["{t}h"], ["x"]) == "x"
+    finally:
+        await backend.close()
+
+
+def _never(*args: Any) -> None:
+    raise AssertionError("polled for a reply")
 
 
 def test_only_connections_with_a_stream_to_take_over_are_taken_over(redis_url: str) -> None:

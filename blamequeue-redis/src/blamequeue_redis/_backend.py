@@ -366,7 +366,9 @@ class RedisBackend(Backend):
                         f"only on asyncio, but this queue runs on {library}; pass a sync "
                         f"redis.Redis client (used from worker threads) or a 'url'",
                     )
-                transport = AsyncioTransport(config.client, owned=False)
+                transport = AsyncioTransport(
+                    config.client, owned=False, reply_poll=config.reply_poll_us / 1e6
+                )
             else:
                 transport = ThreadTransport(config.client, owned=False)
         else:
@@ -381,7 +383,9 @@ class RedisBackend(Backend):
                 cluster=cluster,
             )
             if library == "asyncio":
-                transport = AsyncioTransport(settings.asyncio_client(), owned=True)
+                transport = AsyncioTransport(
+                    settings.asyncio_client(), owned=True, reply_poll=config.reply_poll_us / 1e6
+                )
             else:
                 # The sync cluster client discovers the cluster as it is built: I/O, so in a
                 # worker thread.

@@ -14,9 +14,21 @@ from blamequeue_redis._transport import is_async_client, is_cluster_client, is_s
 
 __all__ = ["RedisOptions", "parse_options"]
 
-_KNOWN: Final = ("url", "username", "password", "tls", "key_prefix", "client", "cluster")
+_KNOWN: Final = (
+    "url",
+    "username",
+    "password",
+    "tls",
+    "key_prefix",
+    "client",
+    "cluster",
+    "reply_poll_us",
+)
 _SCHEMES: Final = ("redis", "rediss", "unix")
 _MAX_PREFIX: Final = 200
+#: Default of ``reply_poll_us``: a loopback reply (a script of a few jobs) comes within it.
+REPLY_POLL_US: Final = 200
+_MAX_REPLY_POLL_US: Final = 10_000
 
 
 @attrs.frozen(kw_only=True)
@@ -31,6 +43,9 @@ class RedisOptions:
     """A caller's redis-py client (never closed by the backend)."""
     cluster: bool | None
     """True: Redis Cluster; False: one server; None: ask the server at ``open()``."""
+    reply_poll_us: int = REPLY_POLL_US
+    """On asyncio: how long a call may poll its socket for the reply before it sleeps in the
+    event loop (0: never)."""
 
 
 def _invalid(message: str) -> ConfigError:
@@ -53,6 +68,20 @@ def _flag(options: Mapping[str, Any], name: str) -> bool | None:
     if isinstance(value, str) and value.strip().lower() in ("1", "true", "0", "false"):
         return value.strip().lower() in ("1", "true")
     raise _invalid(f"option {name!r} must be true or false, got {value!r}")
+
+
+def _reply_poll_us(options: Mapping[str, Any]) -> int:
+    value = options.get("reply_poll_us")
+    if value is None:
+        return REPLY_POLL_US
+    if isinstance(value, bool) or not isinstance(value, int) or not (
+        0 <= value <= _MAX_REPLY_POLL_US
+    ):
+        raise _invalid(
+            f"option 'reply_poll_us' must be a whole number of microseconds from 0 (never poll) "
+            f"to {_MAX_REPLY_POLL_US}, got {value!r}"
+        )
+    return value
 
 
 def _key_prefix(options: Mapping[str, Any]) -> str:
@@ -108,6 +137,7 @@ def parse_options(options: Mapping[str, Any]) -> RedisOptions:
     tls = _flag(options, "tls")
     cluster = _flag(options, "cluster")
     prefix = _key_prefix(options)
+    reply_poll_us = _reply_poll_us(options)
 
     client = options.get("client")
     if client is not None:
@@ -136,6 +166,7 @@ def parse_options(options: Mapping[str, Any]) -> RedisOptions:
             key_prefix=prefix,
             client=client,
             cluster=is_cluster,
+            reply_poll_us=reply_poll_us,
         )
 
     if options.get("url") is None:
@@ -154,4 +185,5 @@ def parse_options(options: Mapping[str, Any]) -> RedisOptions:
         key_prefix=prefix,
         client=None,
         cluster=cluster,
+        reply_poll_us=reply_poll_us,
     )

@@ -451,14 +451,14 @@ def _semaphore(size: int) -> anyio.Semaphore:
 class AsyncioTransport(Transport):
     """redis-py's asyncio client (single server or cluster), on asyncio."""
 
-    def __init__(self, client: Any, *, owned: bool) -> None:
+    def __init__(self, client: Any, *, owned: bool, reply_poll: float = 0.0) -> None:
         super().__init__(client, owned=owned)
         self._idle: dict[str, list[_AsyncWaiter]] = {}
         # Bounds the commands in flight (and so the connections the pool opens).
         self._slots = _semaphore(POOL_SIZE)
         # A cluster client routes each call to its node itself; it keeps its own pools.
         self._held = (
-            HeldWires(client.connection_pool, POOL_SIZE)
+            HeldWires(client.connection_pool, POOL_SIZE, reply_poll=reply_poll)
             if not self.cluster and can_take_over(client.connection_pool)
             else None
         )
