@@ -36,11 +36,13 @@ class LeasingWaitBackend(MemoryBackend):
     protocol = "leasing-wait-memory"
     leased_by_wait: ClassVar[list[str]] = []
     limits_seen: ClassVar[list[int]] = []
+    log: ClassVar[list[str]] = []
 
     async def wait_and_lease(
         self, queue: str, *, timeout: float, limit: int, now: float, lease_seconds: float
     ) -> list[Lease] | None:
         LeasingWaitBackend.limits_seen.append(limit)
+        LeasingWaitBackend.log.append("wait")
         await self.wait_for_work(queue, timeout=timeout)
         leases = await self.lease(
             queue, limit=limit, now=self.context.clock.now(), lease_seconds=lease_seconds
@@ -68,6 +70,7 @@ def registered(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(DeafBackend, "waits", 0)
     monkeypatch.setattr(LeasingWaitBackend, "leased_by_wait", [])
     monkeypatch.setattr(LeasingWaitBackend, "limits_seen", [])
+    monkeypatch.setattr(LeasingWaitBackend, "log", [])
 
 
 async def test_a_same_process_enqueue_wakes_an_idle_consumer_long_before_its_poll() -> None:
@@ -147,6 +150,27 @@ async def test_jobs_an_idle_wait_leased_as_it_ended_are_run() -> None:
     assert ran == [0, 1, 2]
     assert len(LeasingWaitBackend.leased_by_wait) == 3
     assert set(LeasingWaitBackend.limits_seen) <= {1, 2, 3, 4}
+
+
+async def test_a_job_an_idle_wait_leased_starts_before_the_next_wait_is_set_up() -> None:
+    # The queue looked drained, so the consumer waits again at once; setting that wait up
+    # before the worker starts the job would add its cost to the job's latency.
+    config = {"protocol": "leasing-wait-memory", "namespace": "idle-order"}
+
+    async def handler(job: Job, ctx: JobContext) -> None:
+        LeasingWaitBackend.log.append("run")
+
+    async with Queue(backends={"m": config}) as worker, Queue(backends={"m": config}) as producer:
+        consumer = await worker.consume("q", handler, concurrency=4, poll_interval=3600.0)
+        with anyio.fail_after(SAFETY_NET):
+            while LeasingWaitBackend.log != ["wait"]:  # noqa: ASYNC110 - the consumer's task
+                await anyio.sleep(0.001)
+            await producer.enqueue("q", {"n": 1})
+            while len(LeasingWaitBackend.log) < 3:  # noqa: ASYNC110 - the consumer's task
+                await anyio.sleep(0.001)
+        consumer.cancel()
+        await consumer.wait_stopped()
+    assert LeasingWaitBackend.log[:3] == ["wait", "run", "wait"]
 
 
 async def test_under_fleet_limits_an_idle_wait_only_waits() -> None:

@@ -269,6 +269,9 @@ class Consumer:
             self._start(leases)
             if len(leases) < limit:
                 # The queue looked drained; give producers a moment (an enqueue here wakes us).
+                # The workers start these jobs first: setting up that wait before they do
+                # would delay them.
+                await anyio.lowlevel.checkpoint()
                 more = self._wait_lease(min(self.concurrency - self._held, self._lease_chunk))
                 self._start(await self._idle(wake, asked_at, self._fast_poll, more))
             elif self._held >= self.concurrency:
