@@ -94,6 +94,7 @@ class Consumer:
         self._starts: deque[float] = deque()
         self._ready: deque[Attempt] = deque()
         self._ready_event = anyio.Event()
+        self._taken = anyio.Event()  # set when the workers took every job handed to them
         self._lease_scope: anyio.CancelScope | None = None
         self._cancelled = False
         self._aborting = False
@@ -207,7 +208,10 @@ class Consumer:
             with anyio.CancelScope() as scope:
                 while not scope.cancel_called:
                     if ready:
-                        await self._execute(ready.popleft(), scope)
+                        attempt = ready.popleft()
+                        if not ready:
+                            self._taken.set()
+                        await self._execute(attempt, scope)
                     else:
                         await self._ready_event.wait()
 
@@ -269,9 +273,11 @@ class Consumer:
             self._start(leases)
             if len(leases) < limit:
                 # The queue looked drained; give producers a moment (an enqueue here wakes us).
-                # The workers start these jobs first: setting up that wait before they do
-                # would delay them.
-                await anyio.lowlevel.checkpoint()
+                # The workers start these jobs first (free ones are waiting for them): setting
+                # up that wait before they do would delay them.
+                if self._ready:
+                    self._taken = anyio.Event()
+                    await self._taken.wait()
                 more = self._wait_lease(min(self.concurrency - self._held, self._lease_chunk))
                 self._start(await self._idle(wake, asked_at, self._fast_poll, more))
             elif self._held >= self.concurrency:
