@@ -203,3 +203,59 @@ async def test_scripts_the_server_forgot_are_loaded_again_and_the_wait_only_wait
     )
     assert leases is not None
     assert sorted(lease.job.id for lease in leases) == ["j1", "j2"]
+
+
+async def test_a_cancelled_wait_that_took_nothing_ends_at_once_and_its_connection_serves_on(
+    pair: tuple[RedisBackend, RedisBackend, Any],
+) -> None:
+    waiter, producer, client = pair
+
+    async def wait(got: list[str]) -> None:
+        leases = await waiter.wait_and_lease(
+            "q", timeout=SAFETY_NET, limit=5, now=time.time(), lease_seconds=LEASE
+        )
+        got += [lease.job.id for lease in leases or []]
+
+    with anyio.fail_after(SAFETY_NET / 2):  # not the wait's own timeout: CLIENT UNBLOCK ends it
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(wait, [])
+            first = await blocked_waiter(client)
+            tg.cancel_scope.cancel()
+        got: list[str] = []
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(wait, got)
+            assert await blocked_waiter(client) == first  # the same connection, waiting again
+            await producer.enqueue([due_job("j1")])
+    assert got == ["j1"]
+    assert wake_keys(client) == []
+
+
+async def blocked_waiter(client: Any) -> str:
+    """The id of the connection blocked in the wait."""
+    await until_blocked(client)
+    return next(str(c["id"]) for c in _clients(client) if c.get("cmd") == "blmove")
+
+
+async def test_a_waiting_connection_the_server_closed_while_idle_is_replaced(
+    redis_url: str,
+) -> None:
+    waiter = await opened(redis_url)
+    try:
+        assert await waiter.wait_and_lease(
+            "q", timeout=0.01, limit=5, now=time.time(), lease_seconds=LEASE
+        ) in ([], None)
+        with redis.Redis.from_url(redis_url) as client:
+            # What a server restart does to every idle connection, without the restart.
+            assert client.client_kill_filter(_type="normal", skipme=True) >= 1
+            producer = await opened(redis_url)
+            try:
+                await producer.enqueue([due_job("j1")])
+            finally:
+                await producer.close()
+        with anyio.fail_after(SAFETY_NET):
+            leases = await waiter.wait_and_lease(
+                "q", timeout=SAFETY_NET, limit=5, now=time.time(), lease_seconds=LEASE
+            )
+        assert [lease.job.id for lease in leases or []] == ["j1"]
+    finally:
+        await waiter.close()

@@ -14,18 +14,21 @@ called by SHA (``EVALSHA``); a server that forgot them (restart, ``SCRIPT FLUSH`
 node) answers ``NOSCRIPT`` and the call is repeated once with ``EVAL``, which loads the script
 again.
 
-**Blocking waits.**  An idle consumer waits with ``BLPOP`` on its queue's signal list, on a
-connection of its own (a blocked connection can do nothing else).  When the wait is cancelled
-(work came from this process, the consumer stops), cancelling a read half-way would leave the
-connection unusable, so the pop runs shielded and the transport ends it from another
-connection with ``CLIENT UNBLOCK``: the dedicated connection stays healthy and is reused.
+**Blocking waits.**  An idle consumer waits with a blocking pop (``BLMOVE``) on its queue's
+signal list, on a connection of its own (a blocked connection can do nothing else).  When the
+wait is cancelled (work came from this process, the consumer stops), cancelling a read half-way
+would leave the connection unusable, so the pop runs shielded (on asyncio: its reply, read by a
+wire, is awaited again) and the transport ends it from another connection with
+``CLIENT UNBLOCK``: once its replies are read, the dedicated connection is reused.
 """
 
 from __future__ import annotations
 
 import abc
+import contextlib
 import functools
 import logging
+import select
 import socket
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final, TypeVar
@@ -43,7 +46,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import NoScriptError, ResponseError
 
 from blamequeue_redis._scripts import Script
-from blamequeue_redis._wire import HeldWires, can_take_over
+from blamequeue_redis._wire import HeldWires, Wire, can_take_over, pack
 
 __all__ = [
     "AsyncioTransport",
@@ -226,6 +229,36 @@ async def _run_unblockable(
     if failure:
         raise failure[0]
     return outcome[0]
+
+
+async def _unblockable_reply(
+    reply: Callable[[], Awaitable[T]],
+    done: Callable[[], bool],
+    unblock: Callable[[], Awaitable[object]],
+    abandoned: Callable[[T], Awaitable[None]] | None = None,
+) -> T:
+    """:func:`_run_unblockable` for a blocking pop already sent, whose reply is awaited in the
+    caller's own task (no task to start and join: it sat on the idle latency's path):
+    ``reply()`` awaits it, and cancelling that await leaves it coming; ``done()`` says whether
+    it came."""
+    try:
+        return await reply()
+    except anyio.get_cancelled_exc_class():
+        with anyio.CancelScope(shield=True), anyio.move_on_after(_UNBLOCK_DEADLINE):
+            while not done():
+                try:
+                    await unblock()
+                except Exception:
+                    break  # the pop then ends at its own timeout
+                with anyio.move_on_after(_UNBLOCK_PAUSE):
+                    with contextlib.suppress(Exception):  # the caller's close sees it
+                        await reply()
+            if abandoned is not None and done():
+                try:
+                    await abandoned(await reply())
+                except Exception as exc:
+                    log.warning("could not hand back what a cancelled wait took: %r", exc)
+        raise
 
 
 #: The longest a listener blocks in one read, in real seconds: a wait on the queue's clock
@@ -416,15 +449,51 @@ class _AsyncWaiter:
         self.connection = connection
         self.node = node
         self.client_id: int | None = None
+        self.wire: Wire | None = None
+        # Whether the last exchange ended with every reply read, even one its caller was
+        # cancelled from (ended early by CLIENT UNBLOCK): the connection is then fit to wait
+        # again (a new one costs a connect and a CLIENT ID, on every same-process wake-up).
+        self.clean = False
 
     async def start(self) -> None:
         await self.connection.connect()
         await self.connection.send_command("CLIENT", "ID")
         self.client_id = int(await self.connection.read_response())
+        # Replies read by the wire come without redis-py's reading machinery, and the reply
+        # of a wait can be awaited again after a cancellation (see _unblockable_reply).
+        with contextlib.suppress(AttributeError, redis.exceptions.ConnectionError):
+            self.wire = Wire(self.connection)
+
+    async def exchange_unblockable(
+        self,
+        make: Callable[[], Sequence[Sequence[Any]]],
+        unblock: Callable[[], Awaitable[object]],
+        abandoned: Callable[[list[Any]], Awaitable[None]] | None,
+    ) -> list[Any]:
+        """:meth:`exchange` on the wire, ended early through ``unblock`` when the caller is
+        cancelled (see :func:`_run_unblockable`)."""
+        wire = self.wire
+        assert wire is not None
+        self.clean = False
+        commands = make()
+        future = wire.send(pack(commands), len(commands))
+        try:
+            replies = await _unblockable_reply(
+                lambda: wire.receive(future), future.done, unblock, abandoned
+            )
+        finally:
+            self.clean = (
+                future.done() and not future.cancelled() and future.exception() is None
+            )
+        for reply in replies:
+            if isinstance(reply, Exception) and not isinstance(reply, ResponseError):
+                raise reply  # e.g. an authentication error: the connection is unusable
+        return replies
 
     async def exchange(self, make: Callable[[], Sequence[Sequence[Any]]]) -> list[Any]:
         """Send the commands ``make`` returns (called at the last moment: they may carry the
         time they are sent) in one write; their replies (an error reply as its exception)."""
+        self.clean = False
         commands = make()
         packed = self.connection.pack_commands(commands)
         await self.connection.send_packed_command(packed, check_health=False)
@@ -434,9 +503,12 @@ class _AsyncWaiter:
                 replies.append(await self.connection.read_response())
             except ResponseError as exc:
                 replies.append(exc)
+        self.clean = True
         return replies
 
     async def close(self) -> None:
+        if self.wire is not None:
+            self.wire.close()
         await self.connection.disconnect()
 
 
@@ -552,6 +624,9 @@ class AsyncioTransport(Transport):
             await self.client.initialize()
         name, node, factory = self._waiter_source(key)
         idle = self._idle.setdefault(name, [])
+        while idle and idle[-1].wire is not None and idle[-1].wire.stale:
+            # The server closed it while it sat idle (a restart): connect afresh.
+            await idle.pop().close()
         if idle:
             waiter = idle.pop()
         else:
@@ -564,13 +639,18 @@ class AsyncioTransport(Transport):
                 raise
         healthy = False
         try:
-            replies = await _run_unblockable(
-                lambda: waiter.exchange(make), lambda: self._unblock(waiter), abandoned
-            )
+            if waiter.wire is not None:
+                replies = await waiter.exchange_unblockable(
+                    make, lambda: self._unblock(waiter), abandoned
+                )
+            else:
+                replies = await _run_unblockable(
+                    lambda: waiter.exchange(make), lambda: self._unblock(waiter), abandoned
+                )
             healthy = True
             return replies
         finally:
-            if healthy:
+            if healthy or waiter.clean:
                 idle.append(waiter)
             else:
                 with anyio.CancelScope(shield=True):
@@ -604,6 +684,7 @@ class _SyncWaiter:
         self.connection = connection
         self.node = node
         self.client_id: int | None = None
+        self.clean = False  # as _AsyncWaiter.clean
 
     def start(self) -> None:
         self.connection.connect()
@@ -613,6 +694,7 @@ class _SyncWaiter:
     def exchange(self, make: Callable[[], Sequence[Sequence[Any]]]) -> list[Any]:
         """Send the commands ``make`` returns (called at the last moment: they may carry the
         time they are sent) in one write; their replies (an error reply as its exception)."""
+        self.clean = False
         commands = make()
         self.connection.send_packed_command(self.connection.pack_commands(commands))
         replies: list[Any] = []
@@ -621,7 +703,19 @@ class _SyncWaiter:
                 replies.append(self.connection.read_response())
             except ResponseError as exc:
                 replies.append(exc)
+        self.clean = True
         return replies
+
+    @property
+    def stale(self) -> bool:
+        """Readable while no reply is due: the server closed it (a restart) while it sat idle."""
+        sock = getattr(self.connection, "_sock", None)
+        if sock is None:  # not connected: redis-py connects it as it sends
+            return False
+        try:
+            return bool(select.select([sock], [], [], 0)[0])
+        except (OSError, ValueError):  # closed under us
+            return True
 
     def close(self) -> None:
         self.connection.disconnect()
@@ -704,8 +798,11 @@ class ThreadTransport(Transport):
         else:
             node, pool, name = None, self.client.connection_pool, ""
         idle = self._idle.setdefault(name, [])
-        if idle:
-            return idle.pop()
+        while idle:
+            waiter = idle.pop()
+            if not waiter.stale:
+                return waiter
+            await self._run(waiter.close)  # connect afresh below
         kwargs = {**pool.connection_kwargs, "socket_timeout": MAX_BLOCK + SOCKET_TIMEOUT}
         waiter = _SyncWaiter(pool.connection_class(**kwargs), node)
         try:
@@ -739,7 +836,7 @@ class ThreadTransport(Transport):
             healthy = True
             return replies
         finally:
-            if healthy:
+            if healthy or waiter.clean:
                 self._checkin(waiter)
             else:
                 with anyio.CancelScope(shield=True):

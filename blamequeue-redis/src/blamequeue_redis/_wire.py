@@ -190,10 +190,7 @@ class Wire:
         wake-up, twice, cost the rest); CPU is burnt only while the loop would sleep anyway.
         :attr:`replied_in` is how long the reply took, either way."""
         loop = asyncio.get_running_loop()
-        waiter: asyncio.Future[list[Any]] = loop.create_future()
-        self._waiter, self._want, self._replies = waiter, count, []
-        self._sent_at = time.perf_counter()
-        self._transport.write(packed)
+        waiter = self.send(packed, count)
         # `_ready` is the loop's queue of callbacks due now (asyncio's own loop: another loop
         # without it never polls).  Only a request sent whole has a reply to wait for.
         if (
@@ -206,6 +203,22 @@ class Wire:
             if waiter.done():
                 return waiter.result()
         return await waiter
+
+    def send(self, packed: bytes, count: int) -> asyncio.Future[list[Any]]:
+        """Send ``packed`` (``count`` commands); the future of their ``count`` replies."""
+        if self.lost is not None or self._transport.is_closing():
+            raise redis.exceptions.ConnectionError(f"connection to Redis lost: {self.lost}")
+        waiter: asyncio.Future[list[Any]] = asyncio.get_running_loop().create_future()
+        self._waiter, self._want, self._replies = waiter, count, []
+        self._sent_at = time.perf_counter()
+        self._transport.write(packed)
+        return waiter
+
+    @staticmethod
+    async def receive(replies: asyncio.Future[list[Any]]) -> list[Any]:
+        """The replies :meth:`send` promised.  Cancelling this await leaves them coming: await
+        again for them (a blocking command ended early by ``CLIENT UNBLOCK`` still replies)."""
+        return await asyncio.shield(replies)
 
     def _poll_reply(self, waiter: asyncio.Future[list[Any]], deadline: float) -> None:
         """Feed :meth:`data_received` from the socket until the reply is whole or ``deadline``
@@ -228,7 +241,10 @@ class Wire:
             self.data_received(data)
 
     def close(self) -> None:
-        """Close at once (a reply that may still come is never read)."""
+        """Close at once (a reply that may still come is never read, nor waited for)."""
+        waiter, self._waiter = self._waiter, None
+        if waiter is not None:
+            waiter.cancel()
         self._transport.abort()
         self._connection._reader = self._connection._writer = None
 
