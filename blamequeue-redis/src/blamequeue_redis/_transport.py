@@ -487,6 +487,7 @@ class _AsyncWaiter:
             )
         for reply in replies:
             if isinstance(reply, Exception) and not isinstance(reply, ResponseError):
+                self.clean = False
                 raise reply  # e.g. an authentication error: the connection is unusable
         return replies
 
