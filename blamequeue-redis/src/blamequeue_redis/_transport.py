@@ -188,10 +188,9 @@ async def _run_unblockable(
     unblock: Callable[[], Awaitable[object]],
     abandoned: Callable[[T], Awaitable[None]] | None = None,
 ) -> T:
-    """Run ``pop`` (a blocking pop) shielded from cancellation; when the caller is cancelled,
-    end the pop early through ``unblock`` (CLIENT UNBLOCK from another connection), wait for
-    it, hand what it returned to ``abandoned`` (the caller will never see it), and let the
-    cancellation go on.  The pop's connection is never abandoned mid-reply."""
+    """Run ``pop`` (a blocking pop) in a task of its own, shielded from cancellation, and wait
+    for it as :func:`_unblockable_reply` does (for a pop whose reading cannot be cancelled
+    half-way and resumed: redis-py's, in a worker thread or not)."""
     finished = anyio.Event()
     outcome: list[T] = []
     failure: list[Exception] = []
@@ -205,30 +204,16 @@ async def _run_unblockable(
         finally:
             finished.set()
 
+    async def reply() -> T:
+        await finished.wait()
+        if failure:
+            raise failure[0]
+        return outcome[0]
+
     async with anyio.create_task_group() as tg:
         tg.start_soon(run_pop)
-        try:
-            await finished.wait()
-        except anyio.get_cancelled_exc_class():
-            with anyio.CancelScope(shield=True), anyio.move_on_after(_UNBLOCK_DEADLINE):
-                # The UNBLOCK may overtake the BLPOP it targets (two connections): repeat it
-                # until the pop has returned.
-                while not finished.is_set():
-                    try:
-                        await unblock()
-                    except Exception:
-                        break  # the pop then ends at its own timeout
-                    with anyio.move_on_after(_UNBLOCK_PAUSE):
-                        await finished.wait()
-                if abandoned is not None and outcome:
-                    try:
-                        await abandoned(outcome[0])
-                    except Exception as exc:
-                        log.warning("could not hand back what a cancelled wait took: %r", exc)
-            raise
-    if failure:
-        raise failure[0]
-    return outcome[0]
+        result = await _unblockable_reply(reply, finished.is_set, unblock, abandoned)
+    return result
 
 
 async def _unblockable_reply(
@@ -237,10 +222,11 @@ async def _unblockable_reply(
     unblock: Callable[[], Awaitable[object]],
     abandoned: Callable[[T], Awaitable[None]] | None = None,
 ) -> T:
-    """:func:`_run_unblockable` for a blocking pop already sent, whose reply is awaited in the
-    caller's own task (no task to start and join: it sat on the idle latency's path):
-    ``reply()`` awaits it, and cancelling that await leaves it coming; ``done()`` says whether
-    it came."""
+    """The reply of a blocking pop already sent: ``reply()`` awaits it, and cancelling that
+    await leaves it coming; ``done()`` says whether it came.  When the caller is cancelled, end
+    the pop early through ``unblock`` (CLIENT UNBLOCK from another connection), wait for it,
+    hand what it returned to ``abandoned`` (the caller will never see it), and let the
+    cancellation go on.  The pop's connection is never abandoned mid-reply."""
     try:
         return await reply()
     except anyio.get_cancelled_exc_class():
@@ -471,7 +457,7 @@ class _AsyncWaiter:
         abandoned: Callable[[list[Any]], Awaitable[None]] | None,
     ) -> list[Any]:
         """:meth:`exchange` on the wire, ended early through ``unblock`` when the caller is
-        cancelled (see :func:`_run_unblockable`)."""
+        cancelled (see :func:`_unblockable_reply`)."""
         wire = self.wire
         assert wire is not None
         self.clean = False
