@@ -46,7 +46,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import NoScriptError, ResponseError
 
 from blamequeue_redis._scripts import Script
-from blamequeue_redis._wire import HeldWires, Wire, can_take_over, pack
+from blamequeue_redis._wire import HeldWires, Wire, can_take_over, pack, unusable
 
 __all__ = [
     "AsyncioTransport",
@@ -471,10 +471,10 @@ class _AsyncWaiter:
             self.clean = (
                 future.done() and not future.cancelled() and future.exception() is None
             )
-        for reply in replies:
-            if isinstance(reply, Exception) and not isinstance(reply, ResponseError):
-                self.clean = False
-                raise reply  # e.g. an authentication error: the connection is unusable
+        fatal = unusable(replies)
+        if fatal is not None:
+            self.clean = False
+            raise fatal
         return replies
 
     async def exchange(self, make: Callable[[], Sequence[Sequence[Any]]]) -> list[Any]:

@@ -25,7 +25,7 @@ import redis.exceptions
 from redis._parsers.base import BaseParser
 from redis.exceptions import ResponseError
 
-__all__ = ["HeldWires", "can_take_over", "pack"]
+__all__ = ["HeldWires", "can_take_over", "pack", "unusable"]
 
 Decode = Callable[[bytes], Any] | None
 _READ_SIZE = 262144  # asyncio's own read size
@@ -295,6 +295,15 @@ class Wire:
         pass
 
 
+def unusable(replies: Sequence[Any]) -> Exception | None:
+    """The first reply that leaves its connection unusable: an error other than a command's
+    own (an authentication error...); None when every reply is fit."""
+    for reply in replies:
+        if isinstance(reply, Exception) and not isinstance(reply, ResponseError):
+            return reply
+    return None
+
+
 def _cores() -> int:
     """The CPUs this process may run on."""
     try:
@@ -378,9 +387,9 @@ class HeldWires:
         try:
             replies = await wire.exchange(packed, len(commands), poll=poll)
             self._quick[kind] = wire.replied_in <= self._reply_poll
-            for reply in replies:
-                if isinstance(reply, Exception) and not isinstance(reply, ResponseError):
-                    raise reply  # e.g. an authentication error: the connection is unusable
+            fatal = unusable(replies)
+            if fatal is not None:
+                raise fatal
         except BaseException as exc:
             wire.close()
             self._checkin(None)
