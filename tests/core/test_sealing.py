@@ -520,15 +520,17 @@ def test_a_malformed_key_file_is_an_invalid_config_naming_it(
     assert str(path) in info.value.message
 
 
-def test_a_key_file_others_can_read_is_warned_about_without_showing_the_key(
+def test_a_key_file_others_can_read_is_refused_without_showing_the_key(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
+    # More about the key file's mode, owner and links: tests/core/test_key_file_safety.py.
     path = tmp_path / "jobs.db.key"
     path.write_text(f"k1:{K1}\n")
     path.chmod(0o644)
-    with caplog.at_level(logging.DEBUG, logger="blamequeue"):
+    with caplog.at_level(logging.DEBUG, logger="blamequeue"), pytest.raises(ConfigError) as info:
         load_or_create_key_file(str(path))
-    assert "chmod 600" in caplog.text
+    assert "chmod 600" in info.value.message
+    assert K1 not in info.value.message
     assert K1 not in caplog.text
 
 

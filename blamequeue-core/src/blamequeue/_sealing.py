@@ -32,10 +32,13 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
+import errno
 import logging
 import os
 import re
 import secrets
+import shlex
+import stat
 import tempfile
 import threading
 import time
@@ -309,44 +312,115 @@ def _parse_key_file(text: str, path: str) -> dict[str, bytes]:
     return _decode_keys(parse_seal_keys(",".join(lines), where=where), where)
 
 
+# Mode and owner are only meaningful where files have POSIX owners: on Windows ``st_mode`` says
+# 0o666 for any writable file and ``st_uid`` is 0, so neither check can be made there.
+_POSIX_OWNERS = hasattr(os, "geteuid")
+
+
+def _refuse_unsafe_key_file(info: os.stat_result, path: str) -> None:
+    """Refuse a key file that anyone but its owner (the running user) could read or replace.
+
+    A warning would be logged and then ignored while the key stays readable; refusing to start
+    with the exact command that fixes it costs one restart and keeps the key private.
+    """
+    quoted = shlex.quote(path)
+    if not stat.S_ISREG(info.st_mode):
+        raise _config_error(
+            f"the seal key file {path} is not a regular file; put the key file itself there "
+            f"(or remove {path} to have a new key made, if no job was sealed with the old one)"
+        )
+    if not _POSIX_OWNERS:
+        return
+    mode = stat.S_IMODE(info.st_mode)
+    if mode & 0o077:
+        raise _config_error(
+            f"the seal key file {path} can be used by other users (mode {mode:o}); run "
+            f"`chmod 600 {quoted}` so that only its owner can read it, then start again"
+        )
+    user = os.geteuid()
+    if info.st_uid != user:
+        raise _config_error(
+            f"the seal key file {path} belongs to user id {info.st_uid}, not to the user "
+            f"running this process (id {user}); run `chown {user} {quoted}` (as root) and "
+            f"`chmod 600 {quoted}`, or run blamequeue as the user who owns the file"
+        )
+
+
+def _open_key_file(path: str) -> int:
+    """Open the key file for reading without following a symbolic link.
+
+    A link could point the queue at a key someone else controls (or at a file it then treats as
+    its key), so the key file must be the file itself.  :class:`FileNotFoundError` is left to the
+    caller (a missing key file is created).
+    """
+    nofollow = getattr(os, "O_NOFOLLOW", 0)
+    if not nofollow and os.path.islink(path):  # no O_NOFOLLOW here: look first
+        raise _symlink_refused(path)
+    try:
+        return os.open(path, os.O_RDONLY | nofollow)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP or (exc.errno != errno.ENOENT and os.path.islink(path)):
+            raise _symlink_refused(path) from exc
+        raise
+
+
+def _symlink_refused(path: str) -> ConfigError:
+    return _config_error(
+        f"the seal key file {path} is a symbolic link, and a key file is never read through "
+        f"one; replace the link with the key file itself (`cp --remove-destination "
+        f'"$(readlink -f {shlex.quote(path)})" {shlex.quote(path)}` and `chmod 600` it), '
+        f"or point the backend's path where its key file lives"
+    )
+
+
 def _read_key_file(path: str) -> dict[str, bytes]:
-    """Read and parse the key file; a file another process is still writing is retried."""
+    """Read and parse the key file; a file another process is still writing is retried.
+
+    A symbolic link, a file other users can read or write, or one the running user does not own
+    is refused with ``queue/invalid-config`` before its content is read.
+    """
     for attempt in range(_READ_ATTEMPTS):
-        with open(path, encoding="utf-8") as handle:
-            mode = os.fstat(handle.fileno()).st_mode
+        fd = _open_key_file(path)
+        try:
+            _refuse_unsafe_key_file(os.fstat(fd), path)
+        except BaseException:
+            os.close(fd)
+            raise
+        with os.fdopen(fd, encoding="utf-8") as handle:
             text = handle.read()
         try:
-            keys = _parse_key_file(text, path)
+            return _parse_key_file(text, path)
         except ConfigError:
             # Only the O_EXCL fallback (no hard links) can show a file mid-write: a cut key
             # never parses (wrong length or bad base64), so wait for the writer to finish.
             if attempt == _READ_ATTEMPTS - 1:
                 raise
             time.sleep(_READ_PAUSE)
-            continue
-        break
-    if mode & 0o077:
-        log.warning(
-            "seal key file %s can be read by other users (mode %o); run `chmod 600 %s`",
-            path,
-            mode & 0o777,
-            path,
-        )
-    return keys
+    raise AssertionError("unreachable: the last attempt returns or raises")
+
+
+def _owner_only(fd: int) -> None:
+    """Set mode 0600 on a file just created: ``os.open``'s mode is cut by the umask, never widened,
+    and a umask that takes the owner's own bits would leave a key its owner cannot read."""
+    if hasattr(os, "fchmod"):
+        os.fchmod(fd, 0o600)
 
 
 def _write_exclusive(path: str, content: str) -> None:
-    """Create ``path`` holding ``content`` only if it does not exist, all at once.
+    """Create ``path`` holding ``content`` only if it does not exist, all at once, mode 0600.
 
     The key is written to a private temporary file (``mkstemp``: ``O_EXCL``, mode 0600) in the
     same directory, flushed to disk, then hard-linked to ``path``: the link fails when ``path``
     exists and never exposes a half-written key.  On a filesystem without hard links it falls
     back to ``O_CREAT | O_EXCL`` on ``path`` itself (readers then wait for the final newline).
-    Raises :class:`FileExistsError` when another process created the file first.
+    Either way the file is 0600 whatever the umask.  Raises :class:`FileExistsError` when
+    another process created the file first (or a link stands there: ``O_EXCL`` and ``link``
+    never follow one).
     """
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=".blamequeue-key-", dir=directory)
     try:
+        _owner_only(fd)
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(content)
             handle.flush()
@@ -357,6 +431,7 @@ def _write_exclusive(path: str, content: str) -> None:
             raise
         except OSError:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            _owner_only(fd)
             with os.fdopen(fd, "w", encoding="utf-8") as handle:
                 handle.write(content)
                 handle.flush()

@@ -149,7 +149,12 @@ def connect(
 
     The backend's default store is built with it; pass the result as ``store`` to enqueue
     inside your own transactions (see the package docstring).
+
+    A database file that does not exist yet is created with mode 0600 whatever the umask, and
+    SQLite gives its ``-wal`` and ``-shm`` files the database file's mode: jobs are readable by
+    their owner only.  An existing file keeps the mode its owner gave it.
     """
+    _create_owner_only(os.fspath(path))
     connection = sqlite3.connect(
         os.fspath(path), timeout=busy_timeout, isolation_level=None, check_same_thread=False
     )
@@ -162,3 +167,24 @@ def connect(
         connection.close()
         raise
     return connection
+
+
+def _create_owner_only(path: str) -> None:
+    """Create the empty database file ``path`` with mode 0600 unless it exists already.
+
+    SQLite would create it with 0644 less the umask, and its ``-wal`` / ``-shm`` files copy the
+    database file's mode, so creating the file first (an empty file is an empty database) sets
+    all three.  Any failure is left for ``sqlite3.connect`` to report as it always does (a
+    missing directory, a read-only filesystem): its errors are the ones the backend maps.
+    """
+    if path in ("", ":memory:"):  # no file at all
+        return
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except OSError:  # it exists (keep its mode), or sqlite3 reports why it cannot be created
+        return
+    try:
+        if hasattr(os, "fchmod"):  # os.open's mode is cut by the umask, never widened
+            os.fchmod(fd, 0o600)
+    finally:
+        os.close(fd)
