@@ -1,6 +1,7 @@
 """Failed-job notifications against real servers on loopback: an HTTP server (webhook with its
 signature checked, Slack and Discord payloads) and an SMTP server (aiosmtpd).  Batching and
-the hourly limit run on the virtual clock."""
+the hourly limit run on the virtual clock.  Webhooks follow no redirect, and
+``verify_signature`` answers ``False`` for anything malformed (a hypothesis test)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ from typing import Any
 
 import pytest
 from aiosmtpd.controller import Controller
+from hypothesis import given
+from hypothesis import strategies as st
 
 from blamequeue import (
     DeadJob,
@@ -32,7 +35,7 @@ from blamequeue import (
     WebhookChannel,
     verify_signature,
 )
-from blamequeue._notifications import SIGNATURE_HEADER
+from blamequeue._notifications import SIGNATURE_HEADER, sign
 from blamequeue_testing import VirtualClock
 from blamequeue_testing._conformance.fixtures import wait_until
 
@@ -45,18 +48,32 @@ class Received:
     def __init__(self) -> None:
         self.requests: list[tuple[str, dict[str, str], bytes]] = []
         self.status = 200
+        self.location: str | None = None
 
 
 @pytest.fixture
 def http_server() -> Iterator[tuple[str, Received]]:
+    yield from _http_server()
+
+
+@pytest.fixture
+def second_http_server() -> Iterator[tuple[str, Received]]:
+    yield from _http_server()
+
+
+def _http_server() -> Iterator[tuple[str, Received]]:
     received = Received()
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
-            body = self.rfile.read(int(self.headers["Content-Length"]))
+            body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
             received.requests.append((self.path, dict(self.headers), body))
             self.send_response(received.status)
+            if received.location is not None:
+                self.send_header("Location", received.location)
             self.end_headers()
+
+        do_GET = do_POST  # a followed 303 would arrive as a GET
 
         def log_message(self, *args: Any) -> None:
             pass
@@ -250,9 +267,54 @@ async def test_a_dead_worker_s_last_attempt_is_notified(tmp_path: Path) -> None:
     assert sent[0].reason == "lease-expired"
 
 
+@pytest.mark.parametrize("status", [301, 302, 303, 307, 308])
+async def test_a_redirect_is_a_failed_delivery_and_never_followed(
+    http_server: tuple[str, Received],
+    second_http_server: tuple[str, Received],
+    caplog: pytest.LogCaptureFixture,
+    status: int,
+) -> None:
+    url, hook = http_server
+    elsewhere, target = second_http_server
+    hook.status, hook.location = status, f"{elsewhere}/stolen"
+    async with _queue() as queue:
+        notifier = queue.notify_dead_jobs(
+            DeadJobNotifier(WebhookChannel(f"{url}/hook", SECRET, timeout=5), batch_window=0)
+        )
+        await queue.enqueue("q", 1, max_attempts=1)
+        await queue.tick("q", _fail)
+        await wait_until(lambda: notifier.failed == 1, "the failed delivery")
+    assert len(hook.requests) == 1
+    assert target.requests == []  # the redirect's target received nothing
+    assert notifier.sent == 0
+    assert f"HTTP {status}" in caplog.text
+    assert "redirects are not followed" in caplog.text
+
+
+def test_secrets_stay_out_of_reprs_errors_and_logs() -> None:
+    hook = WebhookChannel("https://user:pa55word@hooks.example.com/t0ken-path", SECRET)
+    slack = SlackChannel("https://hooks.slack.com/services/T000/B000/XXXXSECRET")
+    shown = repr(hook) + repr(slack)
+    for secret in ("pa55word", "t0ken-path", SECRET, "XXXXSECRET"):
+        assert secret not in shown
+    assert "hooks.example.com" in shown
+    with pytest.raises(QueueError) as caught:
+        WebhookChannel("ftp://user:pa55word@example.com/t0ken-path", SECRET)
+    assert "pa55word" not in str(caught.value)
+    assert "t0ken-path" not in str(caught.value)
+
+
 async def test_bad_configuration_is_refused() -> None:
     bad = [
         lambda: WebhookChannel("ftp://example.com", SECRET),
+        lambda: WebhookChannel("file:///etc/passwd", SECRET),
+        lambda: WebhookChannel("javascript:alert(1)", SECRET),
+        lambda: WebhookChannel("http://", SECRET),
+        lambda: WebhookChannel("http://example.com:port/", SECRET),
+        lambda: WebhookChannel("http://example.com/a b", SECRET),
+        lambda: WebhookChannel(b"http://example.com", SECRET),  # type: ignore[arg-type]
+        lambda: WebhookChannel("http://example.com", SECRET, timeout=0),
+        lambda: DiscordChannel("gopher://example.com/"),
         lambda: WebhookChannel("http://example.com", "short"),
         lambda: SlackChannel("not a url"),
         lambda: EmailChannel(host="", sender="a@b", recipients=["c@d"]),
@@ -271,3 +333,67 @@ async def test_bad_configuration_is_refused() -> None:
         with pytest.raises(QueueError) as caught:
             queue.notify_dead_jobs(LogChannel())  # type: ignore[arg-type]
         assert caught.value.code == "queue/bad-argument"
+
+
+def _signed(body: bytes = b'{"event":"jobs.dead"}', at: int = 1_700_000_000) -> str:
+    return sign(SECRET, at, body)
+
+
+def test_verify_signature_accepts_exactly_what_was_signed() -> None:
+    body, header = b'{"event":"jobs.dead"}', _signed()
+    assert verify_signature(SECRET, header, body, now=1_700_000_010)
+    assert verify_signature(SECRET, header.encode(), body, now=1_700_000_010)  # raw header
+
+
+@pytest.mark.parametrize(
+    ("header", "body"),
+    [
+        (None, b"{}"),
+        ("", b"{}"),
+        ("t=1700000000", b"{}"),  # no v1
+        ("v1=" + "0" * 64, b"{}"),  # no t
+        (_signed()[:-1], b'{"event":"jobs.dead"}'),  # one hex digit short
+        (_signed() + "0", b'{"event":"jobs.dead"}'),  # one too many
+        (_signed().replace("t=", "T="), b'{"event":"jobs.dead"}'),
+        (_signed().upper(), b'{"event":"jobs.dead"}'),
+        (_signed()[:-1] + "é", b'{"event":"jobs.dead"}'),  # non-ASCII: compare_digest raised
+        ("t=\u0661\u0667" + "\u0660" * 8 + ",v1=" + "0" * 64, b"{}"),  # int() takes these
+        ("t=" + "9" * 400 + ",v1=" + "0" * 64, b"{}"),  # would overflow a float
+        ("t= 1700000000,v1=" + "0" * 64, b"{}"),
+        (_signed(), '{"event":"jobs.dead"}'),  # str body, not bytes
+        (_signed(), None),
+        (_signed().encode("utf-16"), b'{"event":"jobs.dead"}'),
+        (12345, b"{}"),
+    ],
+)
+def test_verify_signature_answers_false_for_anything_malformed(header: Any, body: Any) -> None:
+    assert verify_signature(SECRET, header, body, now=1_700_000_000) is False
+
+
+def test_verify_signature_answers_false_for_a_bad_secret_or_clock() -> None:
+    header, body = _signed(), b'{"event":"jobs.dead"}'
+    for secret in (None, "", b"s3cret-s3cret-s3cret", "\ud800" * 20):
+        assert verify_signature(secret, header, body, now=1_700_000_000) is False  # type: ignore[arg-type]
+    for now in (float("nan"), float("inf"), None, "1700000000"):
+        assert verify_signature(SECRET, header, body, now=now) is False  # type: ignore[arg-type]
+    assert (
+        verify_signature(SECRET, header, body, now=1_700_000_000, tolerance=float("nan")) is False
+    )
+
+
+@given(
+    header=st.one_of(st.none(), st.text(), st.binary(), st.integers()),
+    body=st.one_of(st.none(), st.text(), st.binary()),
+    now=st.one_of(st.floats(), st.integers(min_value=-(10**30), max_value=10**30)),
+)
+def test_verify_signature_never_raises(header: Any, body: Any, now: Any) -> None:
+    assert verify_signature(SECRET, header, body, now=now) is False
+
+
+@given(body=st.binary(), at=st.integers(min_value=0, max_value=10**12 - 1))
+def test_verify_signature_holds_for_any_body(body: bytes, at: int) -> None:
+    header = sign(SECRET, at, body)
+    assert verify_signature(SECRET, header, body, now=at)
+    assert not verify_signature(SECRET, header, body + b"x", now=at)
+    flipped = header[:-1] + ("0" if header[-1] != "0" else "1")  # one hex digit changed
+    assert not verify_signature(SECRET, flipped, body, now=at)

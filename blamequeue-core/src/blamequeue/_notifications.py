@@ -13,6 +13,11 @@ Messages carry the job id, queue, attempts and error text, never the payload (pa
 sealed at rest for a reason).  Channels: :class:`WebhookChannel` (JSON, signed with
 HMAC-SHA256), :class:`SlackChannel`, :class:`DiscordChannel`, :class:`EmailChannel` (SMTP) and
 :class:`LogChannel`; each is also usable alone (``await channel.send(batch)``).
+
+HTTP deliveries go to ``http``/``https`` URLs only (checked when the channel is built), within
+the channel's timeout, and follow no redirect: a 3xx answer is a failed delivery, so a hook
+that redirects cannot send the signed body (or the request) anywhere else.  A URL's password
+never appears in a ``repr``, an error or a log line.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import hmac
 import json
 import logging
 import math
+import re
 import smtplib
 import ssl
 import time
@@ -94,10 +100,42 @@ def _config(message: str) -> ConfigError:
     return ConfigError("queue/invalid-config", message)
 
 
+_CREDENTIALS = re.compile(r"(?<=://)[^/?#@\s]*@")
+
+
+def redacted(text: str) -> str:
+    """``text`` with the user and password of every URL in it (``scheme://user:password@``)
+    replaced by ``***@``: what error and log lines show."""
+    return _CREDENTIALS.sub("***@", text)
+
+
+def _shown_url(url: Any) -> str:
+    """What a ``repr`` or an error shows of a hook URL: its scheme and host.  The rest stays
+    out, since for Slack and Discord the path *is* the credential."""
+    if not isinstance(url, str):
+        return f"a {type(url).__name__}"
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname
+    except ValueError:
+        return "an unparsable URL"
+    return f"{parts.scheme or '(no scheme)'}://{host or '(no host)'}/..."
+
+
 def _check_url(url: Any, what: str) -> str:
-    parts = urlsplit(url) if isinstance(url, str) else None
-    if parts is None or parts.scheme not in ("http", "https") or not parts.netloc:
-        raise _config(f"{what} must be an http:// or https:// URL, got {url!r}")
+    try:
+        parts = urlsplit(url) if isinstance(url, str) else None
+        host = parts.hostname if parts is not None else None
+        if parts is not None:
+            _ = parts.port  # a port that is not a number raises ValueError here
+    except ValueError:
+        parts = None
+    if parts is None or parts.scheme not in ("http", "https") or not host:
+        raise _config(
+            f"{what} must be an http:// or https:// URL with a host, got {_shown_url(url)}"
+        )
+    if any(c.isspace() or not c.isprintable() for c in url):
+        raise _config(f"{what} must not hold spaces or control characters ({_shown_url(url)})")
     return str(url)
 
 
@@ -150,10 +188,27 @@ def _document(jobs: Sequence[DeadJob], dropped: int) -> dict[str, Any]:
     }
 
 
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """Follow no redirect: ``None`` makes urllib raise the 3xx as an ``HTTPError``, a failed
+    delivery.  A hook that moved must be reconfigured, never followed, since the signed body
+    would go wherever the redirect points (another host, another scheme)."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+# One opener for every HTTP channel: redirects refused, everything else urllib's defaults.
+_OPENER = urllib.request.build_opener(_NoRedirects)
+
+
 def _post(url: str, body: bytes, headers: Mapping[str, str], timeout: float) -> None:
     request = urllib.request.Request(url, data=body, method="POST", headers=dict(headers))
-    with urllib.request.urlopen(request, timeout=timeout) as answer:
-        answer.read()
+    try:
+        with _OPENER.open(request, timeout=timeout) as answer:
+            answer.read()
+    except urllib.error.HTTPError as exc:
+        exc.close()  # it holds the answer's connection open (a 3xx or an error status)
+        raise
 
 
 async def _post_json(url: str, document: Any, timeout: float) -> None:
@@ -163,9 +218,18 @@ async def _post_json(url: str, document: Any, timeout: float) -> None:
     await anyio.to_thread.run_sync(_post, url, body, headers, timeout, abandon_on_cancel=True)
 
 
-def sign(secret: str, timestamp: int, body: bytes) -> str:
+def _mac(secret: str, timestamp: int, body: bytes) -> bytes:
     mac = hmac.new(secret.encode(), f"{timestamp}.".encode() + body, hashlib.sha256)
-    return f"t={timestamp},v1={mac.hexdigest()}"
+    return mac.hexdigest().encode()
+
+
+def sign(secret: str, timestamp: int, body: bytes) -> str:
+    return f"t={timestamp},v1={_mac(secret, timestamp, body).decode()}"
+
+
+# Exactly what sign() writes: ASCII digits (at most 12: a timestamp, not a number to overflow
+# a float), then 64 lowercase hex digits.  Anything else is malformed, not "probably fine".
+_SIGNATURE = re.compile(rb"t=([0-9]{1,12}),v1=([0-9a-f]{64})")
 
 
 def verify_signature(
@@ -173,15 +237,38 @@ def verify_signature(
 ) -> bool:
     """Check a webhook's :data:`SIGNATURE_HEADER` on the receiving side: the HMAC matches the
     exact body and the timestamp is within ``tolerance`` seconds of ``now`` (replays of an
-    old delivery fail)."""
-    try:
-        fields = dict(part.split("=", 1) for part in header.split(","))
-        timestamp = int(fields["t"])
-    except (KeyError, ValueError):
+    old delivery fail).
+
+    Answers ``False``, never raises, for anything malformed: a header that is not the text
+    :func:`sign` writes (``None``, non-ASCII, a missing ``t=`` or ``v1=``, a wrong length), a
+    body that is not bytes, a secret that is not a non-empty string, a ``now`` or
+    ``tolerance`` that is not a finite number.  ``header`` may be ``str`` or ASCII ``bytes``
+    (as some frameworks hand raw headers over)."""
+    raw: Any = header
+    if isinstance(raw, str):
+        if not raw.isascii():
+            return False
+        raw = raw.encode("ascii")
+    if not isinstance(raw, bytes | bytearray) or not isinstance(body, bytes | bytearray):
         return False
+    if not isinstance(secret, str) or not secret:
+        return False
+    numbers = (now, tolerance)
+    if not all(isinstance(x, int | float) and not isinstance(x, bool) for x in numbers):
+        return False
+    if not all(math.isfinite(x) for x in numbers):
+        return False
+    found = _SIGNATURE.fullmatch(bytes(raw))
+    if found is None:
+        return False
+    timestamp = int(found.group(1))
     if abs(now - timestamp) > tolerance:
         return False
-    return hmac.compare_digest(sign(secret, timestamp, body), header)
+    try:
+        expected = _mac(secret, timestamp, bytes(body))
+    except UnicodeEncodeError:  # a secret with lone surrogates cannot have signed anything
+        return False
+    return hmac.compare_digest(expected, found.group(2))
 
 
 @attrs.define
@@ -190,8 +277,8 @@ class WebhookChannel:
     holds a timestamp and the HMAC-SHA256 of ``"<timestamp>.<body>"`` under ``secret``
     (verify with :func:`verify_signature`)."""
 
-    url: str = attrs.field(converter=_webhook_url)
-    secret: str
+    url: str = attrs.field(converter=_webhook_url, repr=_shown_url)
+    secret: str = attrs.field(repr=False)
     timeout: float = attrs.field(default=10.0, converter=_check_timeout)
 
     def __attrs_post_init__(self) -> None:
@@ -218,7 +305,7 @@ class WebhookChannel:
 class SlackChannel:
     """Post to a Slack incoming webhook (``https://hooks.slack.com/services/...``)."""
 
-    webhook_url: str = attrs.field(converter=_webhook_url)
+    webhook_url: str = attrs.field(converter=_webhook_url, repr=_shown_url)
     timeout: float = attrs.field(default=10.0, converter=_check_timeout)
 
     async def send(self, jobs: Sequence[DeadJob], *, dropped: int = 0) -> None:
@@ -238,7 +325,7 @@ class SlackChannel:
 class DiscordChannel:
     """Post to a Discord webhook (``https://discord.com/api/webhooks/...``)."""
 
-    webhook_url: str = attrs.field(converter=_webhook_url)
+    webhook_url: str = attrs.field(converter=_webhook_url, repr=_shown_url)
     username: str = "blamequeue"
     timeout: float = attrs.field(default=10.0, converter=_check_timeout)
 
@@ -436,5 +523,7 @@ class DeadJobNotifier:
 
 def _describe(exc: BaseException) -> str:
     if isinstance(exc, urllib.error.HTTPError):
+        if 300 <= exc.code < 400:
+            return f"HTTP {exc.code} {exc.reason}: redirects are not followed (set the new URL)"
         return f"HTTP {exc.code} {exc.reason}"
-    return f"{type(exc).__name__}: {exc}"
+    return redacted(f"{type(exc).__name__}: {exc}")
