@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import attrs
 
+from ._audit import data_shape
 from ._clock import to_datetime
 from ._models import Job
 from ._progress import publish_progress
@@ -139,9 +140,8 @@ class JobContext:
             job_id=job.id,
             trace_id=job.trace_id,
             classification=job.classification,
-            data={"percent": float(percent)}
-            if data is None
-            else {"percent": percent, "data": data},
+            # Progress data is the handler's own: the trail gets only its size (SPEC §6).
+            data={"percent": float(percent), **data_shape(data)},
         )
 
 

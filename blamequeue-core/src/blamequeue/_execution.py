@@ -16,6 +16,7 @@ from typing import Any
 import anyio
 import attrs
 
+from ._audit import error_type
 from ._backoff import parse_backoff
 from ._clock import to_datetime
 from ._context import JobContext, LeaseState, SyncJobContext
@@ -416,5 +417,5 @@ async def emit_dead(runtime: BackendRuntime, stored: StoredJob, error: str | Non
         trace_id=stored.trace_id,
         classification=stored.classification,
         # The error text may quote payload data; the audit trail gets only its type.
-        data={"attempts": stored.attempts, "error_type": (error or "").split(":", 1)[0][:100]},
+        data={"attempts": stored.attempts, "error_type": error_type(error)},
     )

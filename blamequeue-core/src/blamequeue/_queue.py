@@ -234,6 +234,7 @@ class Queue:
                 await runtime.call("open", runtime.backend.open)
                 stack.push_async_callback(self._close_backend, runtime)
                 await runtime.prepare_seal()
+            await self._auditor.prepare(self._runtimes[self._default].seal)
             self._tg = await stack.enter_async_context(anyio.create_task_group())
         except BaseException:
             with anyio.CancelScope(shield=True):
@@ -289,6 +290,7 @@ class Queue:
                     await self._flush_metrics(runtime)
                 for notifier in self._notifiers:
                     await notifier.flush()
+                await self._auditor.close()
             self._tg.cancel_scope.cancel()
             self._events.attach(None)
             self._started = False
