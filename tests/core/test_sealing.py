@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from blamequeue import Job, JobContext, Queue, QueueError, _sealing, hookimpl
-from blamequeue._codec import JsonCodec, SealedCodec
+from blamequeue._codec import JsonCodec, SealedCodec, dumps, place
 from blamequeue._plugins import Registration, _collect, load_registry
 from blamequeue._sealing import (
     ENVELOPE_VERSION,
@@ -33,6 +33,7 @@ from blamequeue_testing import MemoryBackend, VirtualClock
 K1 = base64.b64encode(b"1" * 32).decode()
 K2 = base64.b64encode(b"2" * 32).decode()
 SECRET = "payload-secret-0b1e"
+W = place("payload", "q", "job-1")  # where the values of these tests belong
 
 
 def sealer(**keys: bytes) -> SecretBoxSealer:
@@ -90,16 +91,18 @@ def test_a_batch_is_sealed_as_one_by_one_each_with_a_nonce_of_its_own(
     assert box.seal_many([]) == []
     codec = SealedCodec(box)  # a batch goes through seal_many, one payload through seal
     for payloads in ([{"a": 1}, [2], "three"], [{"a": 1}]):
-        encoded = codec.encode_payloads(payloads)
-        assert [codec.decode_payload(text) for text in encoded] == payloads
+        encoded = codec.seal_texts([dumps(p) for p in payloads], [W] * len(payloads))
+        assert [codec.decode_payload(text, W) for text in encoded] == payloads
 
 
 def test_a_sealed_codec_seals_a_batch_with_a_sealer_that_seals_one_at_a_time() -> None:
     # seal_many is optional on a sealer: without it the codec seals each payload.
     codec = SealedCodec(ReversingSealer({"r1": K1}))
-    assert codec.encode_payloads([{"x": 1}, "ab"]) == ['rev:r1:}1:"x"{', 'rev:r1:"ba"']
+    sealed = codec.seal_texts(['{"x":1}', '"ab"'], [W, W])
+    assert [text[:11] for text in sealed] == ['rev:r1:}1:"', 'rev:r1:"ba"']
+    assert [codec.decode_payload(text, W) for text in sealed] == [{"x": 1}, "ab"]
     with pytest.raises(QueueError) as refused:
-        codec.encode_payloads([1, {2}])
+        codec.encode_payload({2}, W)
     assert refused.value.code == "queue/bad-payload"
 
 
@@ -148,9 +151,9 @@ def test_reprs_never_show_a_key() -> None:
 
 def test_a_sealed_codec_turns_an_unreadable_error_into_a_text_saying_so() -> None:
     codec = SealedCodec(sealer(k1=b"1" * 32))
-    assert codec.decode_error(codec.encode_error("boom")) == "boom"
-    assert codec.decode_error(None) is None
-    text = codec.decode_error("bq1:k1:AAAA")
+    assert codec.decode_error(codec.encode_error("boom", W), W) == "boom"
+    assert codec.decode_error(None, W) is None
+    text = codec.decode_error("bq1:k1:AAAA", W)
     assert text is not None
     assert text.startswith("queue/unseal-failed: the last error could not be unsealed")
 
@@ -158,17 +161,17 @@ def test_a_sealed_codec_turns_an_unreadable_error_into_a_text_saying_so() -> Non
 def test_plain_rows_are_read_only_with_accept_unsealed() -> None:
     box = sealer(k1=b"1" * 32)
     with pytest.raises(QueueError) as info:
-        SealedCodec(box).decode_payload('{"a": 1}')
+        SealedCodec(box).decode_payload('{"a": 1}', W)
     assert info.value.code == "queue/unseal-failed"
     lax = SealedCodec(box, accept_unsealed=True)
-    assert lax.decode_payload('{"a": 1}') == {"a": 1}
-    assert lax.decode_payload(lax.encode_payload({"b": 2})) == {"b": 2}
-    assert lax.decode_error("plain error") == "plain error"
+    assert lax.decode_payload('{"a": 1}', W) == {"a": 1}
+    assert lax.decode_payload(lax.encode_payload({"b": 2}, W), W) == {"b": 2}
+    assert lax.decode_error("plain error", W) == "plain error"
 
 
 def test_a_plain_codec_reading_a_sealed_row_says_sealing_may_be_off() -> None:
     with pytest.raises(QueueError) as info:
-        JsonCodec().decode_payload(sealer(k1=b"1" * 32).seal("{}"))
+        JsonCodec().decode_payload(sealer(k1=b"1" * 32).seal("{}"), W)
     assert info.value.code == "queue/unseal-failed"
     assert "seal=False" in info.value.message
 
@@ -263,13 +266,13 @@ def test_the_writer_key_follows_the_setting_that_won(monkeypatch: pytest.MonkeyP
         },
         default_backend="a",
     )
-    assert runtime_of(queue, "a").codec.encode_payload(1).startswith("bq1:own:")
-    assert runtime_of(queue, "b").codec.encode_payload(1).startswith("bq1:env:")
+    assert runtime_of(queue, "a").codec.encode_payload(1, W).startswith("bq1:own:")
+    assert runtime_of(queue, "b").codec.encode_payload(1, W).startswith("bq1:env:")
 
 
 def test_from_env_seals_with_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
     queue = Queue.from_env({"BLAMEQUEUE_PROTOCOL": "memory", "BLAMEQUEUE_SEAL_KEYS": f"k9:{K1}"})
-    assert runtime_of(queue, "default").codec.encode_payload(1).startswith("bq1:k9:")
+    assert runtime_of(queue, "default").codec.encode_payload(1, W).startswith("bq1:k9:")
 
 
 class SharedServerBackend(MemoryBackend):
@@ -350,7 +353,7 @@ async def test_an_allow_list_without_the_sealer_plugin_still_seals(
     monkeypatch.setenv("BLAMEQUEUE_PLUGINS", "memory")
     assert "secretbox" not in load_registry().sealers
     async with Queue(backends={"b": {"protocol": "memory"}}) as queue:
-        assert runtime_of(queue).codec.encode_payload(SECRET).startswith("bq1:process:")
+        assert runtime_of(queue).codec.encode_payload(SECRET, W).startswith("bq1:process:")
 
 
 # -- custom sealers through the hook -----------------------------------------------------------
@@ -398,7 +401,7 @@ async def test_a_sealer_registered_by_a_plugin_is_used_when_named() -> None:
         backends={"b": {"protocol": "memory"}}, seal={"keys": {"r1": K1}, "sealer": "reverse"}
     )
     async with queue:
-        assert runtime_of(queue).codec.encode_payload("abc") == 'rev:r1:"cba"'
+        assert runtime_of(queue).codec.encode_payload("abc", W).startswith('rev:r1:"cba"')
         await queue.enqueue("q", {"x": 1})
         assert await drain(queue) == [{"x": 1}]
 
@@ -586,7 +589,7 @@ async def test_the_key_file_survives_restarts_and_moves_to_the_environment(
     async with Queue(backends={"b": config}) as queue:
         await queue.enqueue("q", "sealed with the new key")
         await queue.enqueue("q", "ok")
-        assert runtime_of(queue).codec.encode_payload(0).startswith("bq1:fresh:")
+        assert runtime_of(queue).codec.encode_payload(0, W).startswith("bq1:fresh:")
         assert await drain(queue) == ["sealed with the new key", "ok"]
 
 

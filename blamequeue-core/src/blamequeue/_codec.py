@@ -1,18 +1,46 @@
 """How payloads and errors are written at rest, one place for the whole library: JSON text,
-sealed (:class:`SealedCodec`, the default) or plain (:class:`JsonCodec`, ``seal=False``)."""
+sealed (:class:`SealedCodec`, the default) or plain (:class:`JsonCodec`, ``seal=False``).
+
+**Places.** Every sealed value is bound to where it belongs (SPEC §6): the field it fills, the
+queue and the job (or record) it belongs to, and for a payload the job's fixed metadata that
+decides what runs (its flow and its ``meta``: task name, sealed context, batch, timeout).  A
+place is bytes made by :func:`place`; the sealed text carries a digest of it, checked on
+opening, so a value copied into another job, field or queue, or a job whose task name or
+context was rewritten in the store, does not open.  With ``seal=False`` places are ignored:
+nothing is authenticated then.
+"""
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
 import json
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .errors import BadArgumentError, QueueError
+from ._validation import check_payload
+from .errors import BadArgumentError, QueueError, SealKeyMissingError
 
 if TYPE_CHECKING:
     from ._sealing import Sealer
 
-__all__ = ["Codec", "JsonCodec", "SealedCodec", "compact_json", "dumps"]
+__all__ = [
+    "LEASE_EXPIRED",
+    "Codec",
+    "JsonCodec",
+    "SealedCodec",
+    "compact_json",
+    "dumps",
+    "job_place",
+    "payload_place",
+    "place",
+]
+
+#: The last error the sweep gives a job whose lease expired.  Written by the backend for every
+#: expired job at once, so it is stored as this plain text (it holds no user data) and read back
+#: as is by every codec.
+LEASE_EXPIRED = "lease expired"
 
 
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
@@ -38,14 +66,15 @@ def _one_encoder() -> Callable[[Any], str]:
 compact_json: Callable[[Any], str] = _one_encoder()
 
 
-def dumps(value: Any) -> str:
-    """Compact JSON; raises ``queue/bad-payload`` for anything JSON cannot hold."""
+def dumps(value: Any, max_bytes: int | None = None) -> str:
+    """Compact JSON; raises ``queue/bad-payload`` for anything JSON cannot hold or would
+    change (a key that is not a string), and ``queue/payload-too-large`` for a text over
+    ``max_bytes`` (the backend's ``max_payload_bytes``; ``None``: no limit) bytes."""
     try:
         text = compact_json(value)
         # A lone surrogate (what os.fsdecode makes of an undecodable name) passes json.dumps
         # but no store or sealer can hold it as UTF-8.
         text.encode("utf-8")
-        return text
     except UnicodeEncodeError as exc:
         raise BadArgumentError(
             "queue/bad-payload",
@@ -60,27 +89,59 @@ def dumps(value: Any) -> str:
             f"NaN/Infinity): {exc}. Convert it (e.g. a datetime to .isoformat(), a set to a "
             f"list, a model to a dict) before enqueueing.",
         ) from exc
+    return check_payload(value, text, max_bytes)
+
+
+def place(field: str, *names: str | None) -> bytes:
+    """The place a sealed value belongs to: ``field`` and the names that identify its owner
+    (queue, job id, record key...), each length-prefixed so no two lists give the same bytes."""
+    parts = (field, *("" if name is None else name for name in names))
+    return "\n".join(f"{len(part)}:{part}" for part in parts).encode("utf-8")
+
+
+def job_place(field: str, queue: str, job_id: str) -> bytes:
+    """The place of one of a job's sealed fields other than its payload (``"error"``,
+    ``"result"``, ``"progress"``, ``"context"``, ``"log"``)."""
+    return place(field, queue, job_id)
+
+
+def payload_place(queue: str, job_id: str, flow_id: str | None, meta: str | None) -> bytes:
+    """The place of a job's payload: its queue and id, and the fixed metadata that decides
+    what runs (flow membership, and ``meta`` exactly as stored: task name, sealed context,
+    batch, timeout), so rewriting any of them in the store makes the payload refuse to open."""
+    return place("payload", queue, job_id, flow_id, meta)
 
 
 class Codec(Protocol):
-    """Turns payloads and error texts into the strings a backend stores, and back."""
+    """Turns payloads, error texts and other values into the strings a backend stores, and
+    back, each bound to its place (:func:`place`)."""
 
     sealed: bool
 
-    def encode_payload(self, payload: Any) -> str: ...
+    def encode_payload(self, payload: Any, where: bytes) -> str: ...
 
-    def encode_payloads(self, payloads: Sequence[Any]) -> list[str]:
-        """:meth:`encode_payload` of each, in order (a batch's: cheaper than one by one)."""
+    def seal_texts(self, texts: Sequence[str], places: Sequence[bytes]) -> list[str]:
+        """Seal each (already JSON-encoded) text for its place, in order: a batch's payloads,
+        cheaper than one by one."""
         ...
 
-    def decode_payload(self, data: str) -> Any:
-        """Raises ``queue/unseal-failed`` for a stored value it cannot read."""
+    def decode_payload(self, data: str, where: bytes) -> Any:
+        """Raises ``queue/unseal-failed`` for a stored value it cannot read, and
+        :class:`~blamequeue.errors.SealKeyMissingError` for one sealed with a key it lacks."""
         ...
 
-    def encode_error(self, message: str) -> str: ...
+    def encode_error(self, message: str, where: bytes) -> str: ...
 
-    def decode_error(self, data: str | None) -> str | None:
+    def decode_error(self, data: str | None, where: bytes) -> str | None:
         """Never raises: an unreadable error becomes a text saying so."""
+        ...
+
+    def seal_text(self, text: str, where: bytes) -> str:
+        """Seal any text (a record's field, a context) for its place."""
+        ...
+
+    def open_text(self, data: str, where: bytes) -> str:
+        """The text :meth:`seal_text` sealed for ``where``; raises as :meth:`decode_payload`."""
         ...
 
 
@@ -96,40 +157,70 @@ def _loads(text: str) -> Any:
 
 
 class JsonCodec:
-    """Plain JSON at rest: ``seal=False``."""
+    """Plain JSON at rest: ``seal=False``.  Places are ignored: nothing is authenticated."""
 
     sealed = False
 
-    def encode_payload(self, payload: Any) -> str:
+    def encode_payload(self, payload: Any, where: bytes) -> str:
         return dumps(payload)
 
-    def encode_payloads(self, payloads: Sequence[Any]) -> list[str]:
-        return [dumps(payload) for payload in payloads]
+    def seal_texts(self, texts: Sequence[str], places: Sequence[bytes]) -> list[str]:
+        return list(texts)
 
-    def decode_payload(self, data: str) -> Any:
+    def decode_payload(self, data: str, where: bytes) -> Any:
         return _loads(data)
 
-    def encode_error(self, message: str) -> str:
+    def encode_error(self, message: str, where: bytes) -> str:
         return message
 
-    def decode_error(self, data: str | None) -> str | None:
+    def decode_error(self, data: str | None, where: bytes) -> str | None:
+        return data
+
+    def seal_text(self, text: str, where: bytes) -> str:
+        return text
+
+    def open_text(self, data: str, where: bytes) -> str:
         return data
 
 
-class SealedCodec:
-    """JSON sealed by a :class:`~blamequeue._sealing.Sealer`: payloads and errors at rest.
+#: What starts the text inside every bound seal: a control character no JSON text and no
+#: earlier (unbound) value starts with, the binding's version, then the place's digest.
+_BOUND = "\x00p1:"
+_DIGEST_CHARS = 22  # base64 of a 16-byte BLAKE2b digest, without padding
 
-    A stored value that does not unseal (altered, unknown key id, or plain JSON from
-    ``seal=False``) raises ``queue/unseal-failed`` for a payload: the engine sends that job to
-    the dead-letter queue.  Plain rows are refused because they carry no authentication;
-    ``accept_unsealed=True`` reads them anyway, to migrate a store that ran with ``seal=False``.
+
+def _digest(where: bytes) -> str:
+    raw = hashlib.blake2b(where, digest_size=16).digest()
+    return base64.urlsafe_b64encode(raw).decode("ascii")[:_DIGEST_CHARS]
+
+
+def _field_of(where: bytes) -> str:
+    """The field a place names (its first part), for messages."""
+    size, _, rest = where.decode("utf-8", "replace").partition(":")
+    return rest[: int(size)] if size.isdigit() else "value"
+
+
+class SealedCodec:
+    """JSON sealed by a :class:`~blamequeue._sealing.Sealer`, each value bound to its place.
+
+    A stored value that does not open raises ``queue/unseal-failed`` for a payload: the engine
+    sends that job to the dead-letter queue, saying it was tampered with when the value opened
+    but belongs elsewhere.  A value sealed with a key id this process lacks raises
+    :class:`~blamequeue.errors.SealKeyMissingError`: not the job's fault, the engine releases it.
+    Plain rows are refused because they carry no authentication; ``accept_unsealed=True`` reads
+    them anyway, to migrate a store that ran with ``seal=False``.  Values sealed before seals
+    were bound to their place are refused likewise unless ``accept_unbound=True`` (to drain a
+    store written by an older version).
     """
 
     sealed = True
 
-    def __init__(self, sealer: Sealer, *, accept_unsealed: bool = False) -> None:
+    def __init__(
+        self, sealer: Sealer, *, accept_unsealed: bool = False, accept_unbound: bool = False
+    ) -> None:
         self.sealer = sealer
         self.accept_unsealed = accept_unsealed
+        self.accept_unbound = accept_unbound
         self._seal = sealer.seal
         # Optional on a sealer: one call for a batch (SecretBoxSealer draws its nonces at once).
         self._seal_many: Callable[[Sequence[str]], list[str]] | None = getattr(
@@ -138,7 +229,10 @@ class SealedCodec:
         self._sealer_unseal = sealer.unseal
 
     def __repr__(self) -> str:
-        return f"SealedCodec({self.sealer!r}, accept_unsealed={self.accept_unsealed})"
+        return (
+            f"SealedCodec({self.sealer!r}, accept_unsealed={self.accept_unsealed}, "
+            f"accept_unbound={self.accept_unbound})"
+        )
 
     def _unseal(self, data: str) -> str:
         try:
@@ -152,32 +246,67 @@ class SealedCodec:
                 f"({type(exc).__name__})",
             ) from exc
 
-    def encode_payload(self, payload: Any) -> str:
-        return self._seal(dumps(payload))
+    def seal_text(self, text: str, where: bytes) -> str:
+        return self._seal(_BOUND + _digest(where) + text)
 
-    def encode_payloads(self, payloads: Sequence[Any]) -> list[str]:
-        if self._seal_many is None or len(payloads) < 2:  # a batch call costs more for one
-            return [self._seal(dumps(payload)) for payload in payloads]
-        return self._seal_many([dumps(payload) for payload in payloads])
+    def seal_texts(self, texts: Sequence[str], places: Sequence[bytes]) -> list[str]:
+        bound = [_BOUND + _digest(where) + text for text, where in zip(texts, places, strict=True)]
+        if self._seal_many is None or len(bound) < 2:  # a batch call costs more for one
+            return [self._seal(text) for text in bound]
+        return self._seal_many(bound)
 
-    def decode_payload(self, data: str) -> Any:
+    def open_text(self, data: str, where: bytes) -> str:
+        return self._placed(self._unseal(data), where)
+
+    def _placed(self, text: str, where: bytes) -> str:
+        """``text`` (just unsealed) without its binding, which must name ``where``."""
+        if not text.startswith(_BOUND):
+            if self.accept_unbound:
+                return text
+            raise QueueError(
+                "queue/unseal-failed",
+                f"the stored {_field_of(where)} was sealed by an older blamequeue that did not "
+                f"bind seals to their job; to read such rows while migrating, add "
+                f'"accept_unbound": True to the seal configuration',
+            )
+        start = len(_BOUND)
+        end = start + _DIGEST_CHARS
+        if not hmac.compare_digest(text[start:end], _digest(where)):
+            raise QueueError(
+                "queue/unseal-failed",
+                f"the stored {_field_of(where)} was tampered with: it opens with the key but "
+                f"was sealed for another place (copied from another job, field or queue, or "
+                f"the job's task name, context, flow or queue was rewritten in the store)",
+            )
+        return text[end:]
+
+    def encode_payload(self, payload: Any, where: bytes) -> str:
+        return self.seal_text(dumps(payload), where)
+
+    def decode_payload(self, data: str, where: bytes) -> Any:
         try:
             text = self._unseal(data)
+        except SealKeyMissingError:
+            raise
         except QueueError:
             if self.accept_unsealed:
                 return _loads(data)
             raise
-        return _loads(text)
+        return _loads(self._placed(text, where))
 
-    def encode_error(self, message: str) -> str:
-        return self._seal(message)
+    def encode_error(self, message: str, where: bytes) -> str:
+        return self.seal_text(message, where)
 
-    def decode_error(self, data: str | None) -> str | None:
-        if data is None:
-            return None
+    def decode_error(self, data: str | None, where: bytes) -> str | None:
+        if data is None or data == LEASE_EXPIRED:
+            return data
         try:
-            return self._unseal(data)
+            text = self._unseal(data)
         except QueueError as exc:
-            if self.accept_unsealed:
+            if self.accept_unsealed and not isinstance(exc, SealKeyMissingError):
                 return data
+            return f"{exc.code}: the last error could not be unsealed: {exc.message}"
+        try:
+            return self._placed(text, where)
+        except QueueError as exc:
             return f"{exc.code}: the last error could not be unsealed: {exc.message}"

@@ -224,6 +224,10 @@ class Consumer:
         runtime = self._runtime
         clock = runtime.clock
         while True:
+            if runtime.missing_seal_key is not None:
+                # A job needed a seal key this process lacks (logged and reported by the
+                # runtime): lease nothing more, whatever else runs, until a restart with it.
+                await anyio.sleep_forever()
             free = self.concurrency - self._held
             if free <= 0:
                 await self._capacity_changed.wait()

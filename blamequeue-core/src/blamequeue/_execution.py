@@ -20,20 +20,26 @@ from ._audit import error_type
 from ._backoff import parse_backoff
 from ._clock import to_datetime
 from ._context import JobContext, LeaseState, SyncJobContext
+from ._job_seals import (
+    CONTEXT_META_KEY,
+    TASK_META_KEY,
+    error_place,
+    open_context,
+    payload_place_of,
+)
 from ._models import DeadLetter, Job
 from ._results import encode_result
 from ._runtime import BackendRuntime
-from ._tasks import CONTEXT_META_KEY, TASK_META_KEY, TaskRegistry
+from ._tasks import TaskRegistry
 from ._timeouts import run_within, timeout_error, timeout_of
 from .abc import Lease, Settlement, StoredJob
-from .errors import QueueError
+from .errors import QueueError, SealKeyMissingError
 
 __all__ = ["Attempt", "SettleCounts", "run_attempt", "settle", "to_dead_letter", "to_job"]
 
 log = logging.getLogger("blamequeue")
 
 Handler = Callable[[Job, Any], Any]
-LEASE_EXPIRED = "lease expired"
 _MAX_ERROR = 16_384
 
 
@@ -48,13 +54,17 @@ def _meta(stored: StoredJob) -> dict[str, Any]:
 
 
 def to_job(runtime: BackendRuntime, stored: StoredJob) -> Job:
+    """The job a handler sees.  Raises ``queue/unseal-failed`` when its payload or context
+    does not open for it (tampered with), :class:`SealKeyMissingError` when sealed with a key
+    this process lacks."""
     meta = _meta(stored)
     task = meta.get(TASK_META_KEY)
-    context = meta.get(CONTEXT_META_KEY)
+    # The payload first: its place covers the meta, so a rewritten task name fails here.
+    payload = runtime.codec.decode_payload(stored.payload, payload_place_of(stored))
     return Job(
         id=stored.id,
         queue=stored.queue,
-        payload=runtime.codec.decode_payload(stored.payload),
+        payload=payload,
         priority=stored.priority,
         attempts=stored.attempts,
         max_attempts=stored.max_attempts,
@@ -62,17 +72,17 @@ def to_job(runtime: BackendRuntime, stored: StoredJob) -> Job:
         trace_id=stored.trace_id,
         created_at=to_datetime(stored.created_at),
         available_at=to_datetime(stored.available_at),
-        last_error=runtime.codec.decode_error(stored.last_error),
+        last_error=runtime.codec.decode_error(stored.last_error, error_place(stored)),
         flow_id=stored.flow_id,
         task=task if isinstance(task, str) else None,
-        context=context if isinstance(context, dict) else {},
+        context=open_context(runtime.codec, meta.get(CONTEXT_META_KEY), stored),
         group_key=stored.group_key,
     )
 
 
 def to_dead_letter(runtime: BackendRuntime, stored: StoredJob) -> DeadLetter:
     try:
-        payload = runtime.codec.decode_payload(stored.payload)
+        payload = runtime.codec.decode_payload(stored.payload, payload_place_of(stored))
     except QueueError as exc:
         payload = None
         log.warning("dead job %s: %s", stored.id, exc)
@@ -81,7 +91,7 @@ def to_dead_letter(runtime: BackendRuntime, stored: StoredJob) -> DeadLetter:
         queue=stored.queue,
         payload=payload,
         attempts=stored.attempts,
-        last_error=runtime.codec.decode_error(stored.last_error),
+        last_error=runtime.codec.decode_error(stored.last_error, error_place(stored)),
         trace_id=stored.trace_id,
         classification=stored.classification,
         failed_at=to_datetime(stored.finished_at or stored.available_at),
@@ -125,7 +135,7 @@ def failure(
     """Retry with backoff while attempts remain, else dead-letter."""
     stored = attempt.job
     now = runtime.clock.now()
-    error = runtime.codec.encode_error(message)
+    error = runtime.codec.encode_error(message, error_place(stored))
     attempt.error = message
     retrying = stored.attempts < stored.max_attempts
     # The job records the error; the operator watching the worker should see it too.
@@ -214,6 +224,11 @@ async def _run_handler(runtime: BackendRuntime, attempt: Attempt, handler: Handl
             )
     try:
         job = to_job(runtime, attempt.job)
+    except SealKeyMissingError as exc:
+        # Not the job's fault but this process's: hand it back untouched (the attempt given
+        # back) and stop leasing here, so a worker missing a key never drains the queue.
+        runtime.seal_key_missing(exc, attempt.job.queue)
+        return release(runtime, attempt)
     except QueueError as exc:
         # An unreadable row can never succeed: straight to the DLQ, the worker lives on.
         attempt.error = f"{exc.code}: {exc.message}"
@@ -222,7 +237,7 @@ async def _run_handler(runtime: BackendRuntime, attempt: Attempt, handler: Handl
             token=attempt.lease.token,
             outcome="dead",
             at=runtime.clock.now(),
-            error=runtime.codec.encode_error(attempt.error),
+            error=runtime.codec.encode_error(attempt.error, error_place(attempt.job)),
         )
     if isinstance(handler, TaskRegistry):
         try:
@@ -255,7 +270,13 @@ async def _run_handler(runtime: BackendRuntime, attempt: Attempt, handler: Handl
         outcome="done",
         at=runtime.clock.now(),
         keep=keep,
-        result=None if value is None or not keep else encode_result(runtime.codec, value, job.id),
+        result=(
+            None
+            if value is None or not keep
+            else encode_result(
+                runtime.codec, value, job.queue, job.id, max_bytes=runtime.max_payload_bytes
+            )
+        ),
     )
 
 

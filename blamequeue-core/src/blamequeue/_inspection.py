@@ -15,6 +15,7 @@ import attrs
 
 from ._clock import to_datetime
 from ._execution import to_job
+from ._job_seals import payload_place_of
 from ._models import JobInfo, QueueInfo, WorkerInfo
 from ._runtime import BackendRuntime
 from .abc import JOB_STATES, JobState, StoredJob, WorkerRecord
@@ -81,7 +82,9 @@ def to_job_info(runtime: BackendRuntime, stored: StoredJob) -> JobInfo:
         job = to_job(runtime, stored)
     except QueueError as exc:
         payload_error = str(exc)
-        readable = attrs.evolve(stored, payload=runtime.codec.encode_payload(None))
+        readable = attrs.evolve(
+            stored, payload=runtime.codec.encode_payload(None, payload_place_of(stored))
+        )
         job = to_job(runtime, readable)
     return JobInfo(
         job=job,

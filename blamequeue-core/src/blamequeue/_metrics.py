@@ -20,6 +20,7 @@ from typing import Any
 import attrs
 
 from ._clock import to_datetime
+from ._codec import place
 from ._metrics_buffer import PendingError, Tally
 from ._records import RecordStore, decode_value
 from ._runtime import BackendRuntime
@@ -144,12 +145,19 @@ async def _write(
                 {
                     "job_id": item.job_id,
                     "at": item.at,
-                    "error": runtime.codec.encode_error(item.error),
+                    "error": runtime.codec.encode_error(
+                        item.error, _error_place(queue, item.job_id)
+                    ),
                     "attempts": item.attempts,
                     "dead": item.dead,
                 },
                 expires_at=item.at + KEEP_MINUTES * 60.0,
             )
+
+
+def _error_place(queue: str, job_id: str) -> bytes:
+    """Where a recent error's sealed text belongs: its queue and job, as a metrics entry."""
+    return place("metrics-error", queue, job_id)
 
 
 def check_window(window: Any) -> float:
@@ -223,7 +231,12 @@ async def _recent_errors(
         if not isinstance(value, dict):
             continue
         try:
-            error = runtime.codec.decode_error(value["error"]) or ""
+            error = (
+                runtime.codec.decode_error(
+                    value["error"], _error_place(queue, str(value["job_id"]))
+                )
+                or ""
+            )
         except Exception:  # a key rotated away: the error is unreadable, the entry still counts
             error = "(error text could not be unsealed)"
         out.append(

@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any, Literal
 import attrs
 
 from ._clock import to_datetime
+from ._codec import job_place
+from ._job_seals import error_place
 from ._results import LIVE_STATES, POLL_MAX, get_stored, not_found
 from .abc import JobWatch, StoredJob
 from .errors import BadArgumentError, QueueError, ResultTimeoutError, UnsupportedError
@@ -56,13 +58,20 @@ class JobEvent:
         return self.kind == "finished"
 
 
+def progress_place(queue: str, job_id: str) -> bytes:
+    """Where a job's sealed progress event belongs."""
+    return job_place("progress", queue, job_id)
+
+
 async def publish_progress(runtime: BackendRuntime, job: Job, percent: float, data: Any) -> None:
     """Hand one progress event to the backend for subscribers in any process.  Best effort:
     a backend that cannot publish it just logs, the handler carries on."""
     backend = runtime.backend
     now = runtime.clock.now()
     # Encoded on every backend, so data JSON cannot hold fails the same way everywhere.
-    event = runtime.codec.encode_payload({"percent": float(percent), "data": data, "at": now})
+    event = runtime.codec.encode_payload(
+        {"percent": float(percent), "data": data, "at": now}, progress_place(job.queue, job.id)
+    )
     if not backend.capabilities.progress_events:
         return
     try:
@@ -166,7 +175,8 @@ class Subscription:
 
     def _progress(self, event: str) -> JobEvent | None:
         try:
-            body = self._runtime.codec.decode_payload(event)
+            queue = self._last.queue if self._last is not None else ""
+            body = self._runtime.codec.decode_payload(event, progress_place(queue, self.job_id))
             return JobEvent(
                 job_id=self.job_id,
                 kind="progress",
@@ -184,7 +194,7 @@ class Subscription:
             return JobEvent(job_id=self.job_id, kind="finished")
         error = None
         if stored.state != "done":
-            error = self._runtime.codec.decode_error(stored.last_error)
+            error = self._runtime.codec.decode_error(stored.last_error, error_place(stored))
         return JobEvent(
             job_id=self.job_id,
             kind="finished",

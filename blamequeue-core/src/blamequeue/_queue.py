@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
 import logging
-import math
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AsyncExitStack
@@ -12,6 +10,7 @@ from types import TracebackType
 from typing import Any, TypeVar, overload
 
 import anyio
+import attrs
 from anyio.abc import TaskGroup
 
 from ._audit import Auditor, AuditSink, registered_sinks
@@ -24,10 +23,11 @@ from ._batches import find as find_batch
 from ._batches import prune as prune_batches
 from ._cancellation import cancel_job
 from ._clock import SystemClock
+from ._codec import LEASE_EXPIRED, dumps, payload_place
 from ._consumer import Consumer
 from ._environment import config_from_env
 from ._events import EventBus, EventSubscription, QueueEvent
-from ._execution import LEASE_EXPIRED, Handler, emit_dead, to_dead_letter, to_job
+from ._execution import Handler, emit_dead, to_dead_letter, to_job
 from ._flows import flow_name, plan_flow
 from ._health import HealthReport, HealthThresholds, check_report
 from ._ids import new_job_ids
@@ -40,6 +40,7 @@ from ._inspection import (
     to_queue_info,
     to_worker_info,
 )
+from ._job_seals import CONTEXT_META_KEY, meta_text, seal_jobs
 from ._limits import check_group_key, parse_lease_limits
 from ._metrics import FLUSH_INTERVAL, QueueMetrics, check_window, flush_metrics, read_metrics
 from ._models import (
@@ -145,16 +146,7 @@ class Queue:
                 f"default_backend {default_backend!r} is not configured; "
                 f"configured backends: {sorted(backends)}"
             )
-        if (
-            isinstance(sweep_interval, bool)
-            or not isinstance(sweep_interval, int | float)
-            or not math.isfinite(sweep_interval)
-            or sweep_interval < 0
-        ):
-            raise _config_error(
-                f"sweep_interval must be seconds >= 0 (0 turns the timer off), "
-                f"got {sweep_interval!r}"
-            )
+        check_delay(sweep_interval, "sweep_interval (0 turns the timer off)", config=True)
         if seal is not None:
             parse_seal_config(seal, "seal")  # checked even when every backend has its own
         self._clock: Clock = clock if clock is not None else SystemClock()
@@ -370,7 +362,11 @@ class Queue:
         group_key: Any = None,
         timeout: Any = None,
         job_id: str | None = None,
+        seal: bool = True,
     ) -> list[NewJob]:
+        """The jobs to store for ``payloads``, checked; with ``seal=False`` drafts whose
+        payloads are still JSON text, for a caller that finishes them (a flow) and then seals
+        them with :func:`._job_seals.seal_jobs`."""
         check_queue_name(queue_name)
         priority = check_priority(priority)
         delay = check_delay(delay)
@@ -395,17 +391,21 @@ class Queue:
             fields["backoff"] = parse_backoff(backoff).to_spec()
         if timeout is not None:
             fields[TIMEOUT_KEY] = check_positive_seconds(timeout, "timeout")
-        try:
-            meta = json.dumps(fields) if fields else None
-        except (TypeError, ValueError) as exc:
-            raise BadArgumentError(
-                "queue/bad-argument",
-                f"with_context values must be JSON-serialisable (str, int, float, bool, None, "
-                f"lists and dicts of those): {exc}",
-            ) from exc
         now = self._clock.now()
-        encoded = runtime.codec.encode_payloads(payloads)
+        codec = runtime.codec
+        limit = runtime.max_payload_bytes
+        texts = [dumps(payload, limit) for payload in payloads]
         ids = [job_id] if job_id is not None else new_job_ids(len(payloads))
+        if CONTEXT_META_KEY in fields:  # a context is sealed for its job: a meta per job
+            metas = [meta_text(codec, fields, queue_name, new_id) for new_id in ids]
+        else:
+            metas = [meta_text(codec, fields, queue_name, "")] * len(ids)
+        if seal and codec.sealed:
+            places = [
+                payload_place(queue_name, new_id, None, meta)
+                for new_id, meta in zip(ids, metas, strict=True)
+            ]
+            texts = codec.seal_texts(texts, places)
         return [
             NewJob(
                 id=new_id,
@@ -420,7 +420,7 @@ class Queue:
                 meta=meta,
                 group_key=group_key,
             )
-            for new_id, payload in zip(ids, encoded, strict=True)
+            for new_id, payload, meta in zip(ids, texts, metas, strict=True)
         ]
 
     # -- producing -------------------------------------------------------------------------
@@ -857,10 +857,12 @@ class Queue:
                 classification=child.classification,
                 trace_id=child.trace_id,
                 backoff=None,
+                seal=False,
             )
             return job
 
         plan = plan_flow(children, build)
+        plan = attrs.evolve(plan, jobs=seal_jobs(runtime.codec, plan.jobs))
         await runtime.call("enqueue", lambda: runtime.backend.enqueue(plan.jobs))
         runtime.notify(queue_name)
         self._added(runtime, queue_name, [job.id for job in plan.jobs])
@@ -996,7 +998,7 @@ class Queue:
             lambda: runtime.backend.sweep(
                 now=self._clock.now(),
                 retain_done=runtime.retain_done,
-                expired_error=runtime.codec.encode_error(LEASE_EXPIRED),
+                expired_error=LEASE_EXPIRED,
             ),
         )
         # One lease.expired event per job when the backend names them (SweepResult.expired),

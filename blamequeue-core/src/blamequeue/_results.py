@@ -4,7 +4,9 @@ reading the results of a flow job's dependencies.
 A result travels through the same codec as payloads (sealed at rest), wrapped in a one-key
 envelope: ``{"value": ...}``, or ``{"unserialisable": "<why>"}`` for a return value JSON cannot
 hold (the job still completes: its side effects happened; ``Queue.result`` then raises
-``queue/bad-payload``).  ``None`` is stored as nothing at all, so handlers that return nothing
+``queue/bad-payload``), or ``{"unserialisable": "<why>", "code": "queue/payload-too-large"}``
+for one whose JSON is over the backend's ``max_payload_bytes`` (``Queue.result`` raises that
+code).  ``None`` is stored as nothing at all, so handlers that return nothing
 cost the hot path nothing.
 """
 
@@ -15,9 +17,11 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from ._codec import Codec
+from ._codec import Codec, dumps, job_place
 from ._flows import flow_name
+from ._job_seals import error_place
 from ._runtime import BackendRuntime
+from ._validation import MAX_SECONDS_TEXT, is_duration
 from .abc import JobWatch, StoredJob
 from .errors import (
     BadArgumentError,
@@ -50,31 +54,52 @@ POLL_START = 0.05
 POLL_MAX = 1.0
 
 
-def encode_result(codec: Codec, value: Any, job_id: str) -> str | None:
-    """What a ``done`` settlement stores for the handler's return value."""
+def result_place(queue: str, job_id: str) -> bytes:
+    """Where a job's sealed result belongs."""
+    return job_place("result", queue, job_id)
+
+
+def encode_result(
+    codec: Codec, value: Any, queue: str, job_id: str, *, max_bytes: int | None = None
+) -> str | None:
+    """What a ``done`` settlement stores for the handler's return value; one whose JSON is
+    over ``max_bytes`` (the backend's ``max_payload_bytes``) is not kept, like one JSON
+    cannot hold: the job completes and ``Queue.result`` raises the error's code."""
     if value is None:
         return None
+    where = result_place(queue, job_id)
     try:
-        return codec.encode_payload({"value": value})
+        return codec.seal_text(dumps({"value": value}, max_bytes), where)
     except BadArgumentError as exc:
         why = f"{type(value).__name__}: {exc.__cause__ or exc.message}"
         log.warning(
-            "job %s returned a value JSON cannot hold (%s); the job completes, but result() "
-            "will raise queue/bad-payload",
+            "job %s returned a value that cannot be kept (%s); the job completes, but result() "
+            "will raise %s",
             job_id,
             why,
+            exc.code,
         )
-        return codec.encode_payload({"unserialisable": why})
+        envelope = {"unserialisable": why}
+        if exc.code == "queue/payload-too-large":
+            envelope["code"] = exc.code
+        return codec.seal_text(dumps(envelope), where)
 
 
 def decode_result(codec: Codec, stored: StoredJob) -> Any:
     """The value a ``done`` job's handler returned (``None`` when it returned nothing)."""
     if stored.result is None:
         return None
-    envelope = codec.decode_payload(stored.result)
+    envelope = codec.decode_payload(stored.result, result_place(stored.queue, stored.id))
     if isinstance(envelope, dict) and "value" in envelope:
         return envelope["value"]
     why = envelope.get("unserialisable") if isinstance(envelope, dict) else None
+    if isinstance(envelope, dict) and envelope.get("code") == "queue/payload-too-large":
+        raise BadArgumentError(
+            "queue/payload-too-large",
+            f"job {stored.id!r} completed, but its handler returned a value too large to keep "
+            f"({why}), so no result was kept; return a smaller value (e.g. where the data was "
+            f"stored) or raise the backend's max_payload_bytes",
+        )
     raise BadArgumentError(
         "queue/bad-payload",
         f"job {stored.id!r} completed, but its handler returned a value JSON cannot hold "
@@ -98,15 +123,11 @@ def check_timeout(timeout: Any) -> float:
     """``None`` (no limit) becomes ``inf``; anything but seconds >= 0 is refused."""
     if timeout is None:
         return math.inf
-    if (
-        isinstance(timeout, bool)
-        or not isinstance(timeout, int | float)
-        or math.isnan(timeout)
-        or timeout < 0
-    ):
+    if not is_duration(timeout):
         raise BadArgumentError(
             "queue/bad-argument",
-            f"timeout must be seconds >= 0 (or None to wait as long as it takes), got {timeout!r}",
+            f"timeout must be seconds >= 0 and at most {MAX_SECONDS_TEXT} (or None to wait as "
+            f"long as it takes), got {timeout!r}",
         )
     return float(timeout)
 
@@ -136,7 +157,7 @@ def outcome(runtime: BackendRuntime, stored: StoredJob) -> Any:
     """The result of a finished job, or its failure raised."""
     if stored.state == "done":
         return decode_result(runtime.codec, stored)
-    raise failed(stored, runtime.codec.decode_error(stored.last_error))
+    raise failed(stored, runtime.codec.decode_error(stored.last_error, error_place(stored)))
 
 
 async def get_stored(runtime: BackendRuntime, job_id: str) -> StoredJob | None:
@@ -207,6 +228,6 @@ async def dependency_results(
                 f"least as long as a flow takes to read its results",
             )
         if dep.state != "done":  # unreachable unless the flow was tampered with
-            raise failed(dep, runtime.codec.decode_error(dep.last_error))
+            raise failed(dep, runtime.codec.decode_error(dep.last_error, error_place(dep)))
         results[flow_name(dep.meta) or dep.id] = decode_result(runtime.codec, dep)
     return results

@@ -4,7 +4,7 @@ applies around it (retry + breaker, backoff, attempts, retention, codec, same-pr
 from __future__ import annotations
 
 import contextlib
-import math
+import logging
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
@@ -19,16 +19,32 @@ from ._metrics_buffer import MetricsBuffer
 from ._plugins import PluginRegistry
 from ._resilience import CircuitBreaker, Guard, parse_breaker_options, parse_retry
 from ._sealing import SealPlan, plan_seal
+from ._validation import (
+    DEFAULT_MAX_PAYLOAD_BYTES,
+    MAX_SECONDS_TEXT,
+    check_max_payload_bytes,
+    is_duration,
+)
 from .abc import Backend, BackendContext, Clock
-from .errors import ConfigError, QueueError
+from .errors import ConfigError, QueueError, SealKeyMissingError
 
 __all__ = ["BackendRuntime", "build_runtime"]
 
 T = TypeVar("T")
+log = logging.getLogger("blamequeue")
 
 #: Keys every backend config may carry; the queue takes them, the backend sees the rest.
 COMMON_KEYS = frozenset(
-    {"protocol", "retry", "breaker", "backoff", "max_attempts", "retain_done", "seal"}
+    {
+        "protocol",
+        "retry",
+        "breaker",
+        "backoff",
+        "max_attempts",
+        "retain_done",
+        "seal",
+        "max_payload_bytes",
+    }
 )
 DEFAULT_MAX_ATTEMPTS = 5
 DEFAULT_RETAIN_DONE = 3600.0
@@ -48,6 +64,9 @@ class BackendRuntime:
     auditor: Auditor
     clock: Clock
     seal: SealPlan | None = None
+    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
+    """The most bytes a payload's JSON (before sealing) may take: the ``max_payload_bytes``
+    option, checked where payloads are encoded (``dumps(payload, max_payload_bytes)``)."""
     _wake: dict[str, anyio.Event] = attrs.field(factory=dict, init=False)
     _wake_scopes: dict[str, set[anyio.CancelScope]] = attrs.field(factory=dict, init=False)
     metrics: MetricsBuffer = attrs.field(factory=MetricsBuffer, init=False)
@@ -59,6 +78,41 @@ class BackendRuntime:
     """Per queue name: whether it was paused when last read, and when (_pause.py)."""
     """This process's tallies of settled attempts, until the next flush (_metrics.py)."""
     _sync_limiter: anyio.CapacityLimiter | None = attrs.field(default=None, init=False)
+    missing_seal_key: str | None = attrs.field(default=None, init=False)
+    """The id of a seal key a job needed and this process lacks: once set, its consumers and
+    ticks lease nothing more from this backend (SPEC §6), until a restart with the key."""
+
+    def seal_key_missing(self, error: SealKeyMissingError, queue: str) -> None:
+        """A leased job was sealed with a key this process lacks: say so loudly (log,
+        ``queue.error`` event, health) and stop leasing here."""
+        first = self.missing_seal_key is None
+        self.missing_seal_key = error.key_id or "?"
+        if first:
+            log.error(
+                "backend %r: a job on %r is sealed with key id %r, which this process does not "
+                "hold; it was released untouched and this process leases nothing more from "
+                "the backend. Add the key to the seal configuration and restart.",
+                self.name,
+                queue,
+                self.missing_seal_key,
+            )
+        self.events.emit(
+            "queue.error",
+            queue=queue,
+            backend=self.name,
+            at=self.clock.now(),
+            data={"operation": "unseal", "code": error.code, "key_id": self.missing_seal_key},
+        )
+
+    def refuse_if_key_missing(self) -> None:
+        """Raise :class:`SealKeyMissingError` once a job met a key this process lacks."""
+        if self.missing_seal_key is not None:
+            raise SealKeyMissingError(
+                f"backend {self.name!r}: jobs are sealed with key id "
+                f"{self.missing_seal_key!r}, which this process does not hold; it leases "
+                f"nothing more until restarted with that key in its seal configuration",
+                key_id=self.missing_seal_key,
+            )
 
     def sync_handler_limiter(self) -> anyio.CapacityLimiter:
         """Bounds the threads plain ``def`` handlers run in, so a burst cannot exhaust the
@@ -143,14 +197,10 @@ def build_runtime(
     if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
         raise _config_error(f"{where}.max_attempts must be an integer >= 1, got {max_attempts!r}")
     retain = config.get("retain_done", DEFAULT_RETAIN_DONE)
-    if (
-        isinstance(retain, bool)
-        or not isinstance(retain, int | float)
-        or not (math.isfinite(retain) and retain >= 0)
-    ):
+    if not is_duration(retain):
         raise _config_error(
-            f"{where}.retain_done must be seconds >= 0 (0 deletes done jobs at once), "
-            f"got {retain!r}"
+            f"{where}.retain_done must be seconds >= 0 (0 deletes done jobs at once) and at "
+            f"most {MAX_SECONDS_TEXT}, got {retain!r}"
         )
     try:
         backoff = parse_backoff(config.get("backoff"), where=f"{where}.backoff")
@@ -163,6 +213,13 @@ def build_runtime(
 
     options = {k: v for k, v in config.items() if k not in COMMON_KEYS}
     backend_cls = registration.value
+    # A backend whose messages carry at most so much (SQS) says so; it is then the default.
+    ceiling = getattr(backend_cls, "max_payload_bytes", None)
+    max_payload = check_max_payload_bytes(
+        config.get("max_payload_bytes", ceiling or DEFAULT_MAX_PAYLOAD_BYTES),
+        f"{where}.max_payload_bytes",
+        ceiling=ceiling,
+    )
     backend = backend_cls(options, BackendContext(name=name, clock=clock))
     seal_plan = plan_seal(
         name=name,
@@ -185,6 +242,7 @@ def build_runtime(
         auditor=auditor,
         clock=clock,
         seal=seal_plan,
+        max_payload_bytes=max_payload,
     )
     breaker.on_change = runtime.breaker_changed
     return runtime

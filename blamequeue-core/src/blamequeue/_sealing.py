@@ -54,7 +54,7 @@ import nacl.secret
 from ._codec import Codec, JsonCodec, SealedCodec
 from ._environment import parse_seal_keys
 from .abc import Backend
-from .errors import ConfigError, QueueError
+from .errors import ConfigError, QueueError, SealKeyMissingError
 from .hookspecs import hookimpl
 
 __all__ = [
@@ -88,7 +88,7 @@ except ImportError:  # a pynacl laid out otherwise: the public bindings, one cal
     _sodium_ffi = _sodium_lib = None
 ENV_VAR = "BLAMEQUEUE_SEAL_KEYS"
 _KID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
-_SEAL_OPTIONS = frozenset({"keys", "sealer", "accept_unsealed"})
+_SEAL_OPTIONS = frozenset({"keys", "sealer", "accept_unsealed", "accept_unbound"})
 _HOW_TO_SET_A_KEY = (
     "run `blamequeue keygen` and put the line it prints in BLAMEQUEUE_SEAL_KEYS (or pass "
     'seal={"keys": {"<kid>": "<base64 key>"}} to Queue or in the backend config), or pass '
@@ -183,10 +183,11 @@ class SecretBoxSealer:
             )
         key = self._keys.get(kid)
         if key is None:
-            raise _unseal_error(
+            raise SealKeyMissingError(
                 f"the stored value was sealed with key id {kid[:64]!r}, which is not among the "
                 f"configured keys {list(self.key_ids)}; add that key (after the current one) to "
-                f"read it"
+                f"read it",
+                key_id=kid[:64],
             )
         try:
             sealed = binascii.a2b_base64(body, strict_mode=True)
@@ -237,14 +238,17 @@ class SealConfig:
     keys: Mapping[str, bytes] = attrs.field(repr=lambda keys: repr(list(keys)))
     sealer: str = DEFAULT_SEALER
     accept_unsealed: bool = False
+    accept_unbound: bool = False
 
 
 def parse_seal_config(value: Any, where: str) -> SealConfig | Literal[False]:
     """Validate a ``seal`` setting: ``{"keys": {kid: base64, ...}}`` (first key seals) or False.
 
-    Optional keys: ``"sealer"`` (a registered sealer name, default ``"secretbox"``) and
+    Optional keys: ``"sealer"`` (a registered sealer name, default ``"secretbox"``),
     ``"accept_unsealed"`` (read plain-JSON rows written with ``seal=False`` earlier; off by
-    default because an unsealed row is unauthenticated).
+    default because an unsealed row is unauthenticated) and ``"accept_unbound"`` (read values
+    sealed by a version that did not bind seals to their job; off by default because such a
+    value could have been copied from another job).
     """
     if value is False:
         return False
@@ -257,7 +261,7 @@ def parse_seal_config(value: Any, where: str) -> SealConfig | Literal[False]:
     if unknown:
         raise _config_error(
             f"{where} does not take {', '.join(map(repr, unknown))}; it takes 'keys' and "
-            f"optionally 'sealer' and 'accept_unsealed'"
+            f"optionally 'sealer', 'accept_unsealed' and 'accept_unbound'"
         )
     keys = value.get("keys")
     if not isinstance(keys, Mapping) or not keys:
@@ -268,12 +272,12 @@ def parse_seal_config(value: Any, where: str) -> SealConfig | Literal[False]:
     sealer = value.get("sealer", DEFAULT_SEALER)
     if not isinstance(sealer, str) or not sealer:
         raise _config_error(f"{where}.sealer must be a sealer name, got {sealer!r}")
-    accept = value.get("accept_unsealed", False)
-    if not isinstance(accept, bool):
-        raise _config_error(f"{where}.accept_unsealed must be True or False, got {accept!r}")
-    return SealConfig(
-        keys=_decode_keys(keys, f"{where}.keys"), sealer=sealer, accept_unsealed=accept
-    )
+    flags = {}
+    for flag in ("accept_unsealed", "accept_unbound"):
+        flags[flag] = value.get(flag, False)
+        if not isinstance(flags[flag], bool):
+            raise _config_error(f"{where}.{flag} must be True or False, got {flags[flag]!r}")
+    return SealConfig(keys=_decode_keys(keys, f"{where}.keys"), sealer=sealer, **flags)
 
 
 def new_kid() -> str:
@@ -494,19 +498,25 @@ class _UnpreparedCodec:
             "the seal key of this backend is loaded when the queue starts; start it first",
         )
 
-    def encode_payload(self, payload: Any) -> str:
+    def encode_payload(self, payload: Any, where: bytes) -> str:
         raise self._refuse()
 
-    def encode_payloads(self, payloads: Sequence[Any]) -> list[str]:
+    def seal_texts(self, texts: Sequence[str], places: Sequence[bytes]) -> list[str]:
         raise self._refuse()
 
-    def decode_payload(self, data: str) -> Any:
+    def decode_payload(self, data: str, where: bytes) -> Any:
         raise self._refuse()
 
-    def encode_error(self, message: str) -> str:
+    def encode_error(self, message: str, where: bytes) -> str:
         raise self._refuse()
 
-    def decode_error(self, data: str | None) -> str | None:
+    def decode_error(self, data: str | None, where: bytes) -> str | None:
+        raise self._refuse()
+
+    def seal_text(self, text: str, where: bytes) -> str:
+        raise self._refuse()
+
+    def open_text(self, data: str, where: bytes) -> str:
         raise self._refuse()
 
 
@@ -592,7 +602,11 @@ def plan_seal(
         return SealPlan(source="off", codec=JsonCodec())
     if config is not None:
         factory = _sealer_factory(config.sealer, sealers, at)
-        codec = SealedCodec(factory(config.keys), accept_unsealed=config.accept_unsealed)
+        codec = SealedCodec(
+            factory(config.keys),
+            accept_unsealed=config.accept_unsealed,
+            accept_unbound=config.accept_unbound,
+        )
         return SealPlan(source=source, codec=codec)
 
     capabilities = backend.capabilities

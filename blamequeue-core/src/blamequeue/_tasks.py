@@ -14,6 +14,7 @@ import dataclasses
 import difflib
 import importlib
 import inspect
+import json
 import math
 import pkgutil
 import typing
@@ -25,10 +26,18 @@ import anyio
 import attrs
 
 from ._backoff import parse_backoff
+from ._codec import dumps
 from ._context import JobContext, LeaseState, SyncJobContext
 from ._ids import new_job_id
+from ._job_seals import CONTEXT_META_KEY, TASK_META_KEY
 from ._models import Job
-from ._validation import check_delay, check_max_attempts, check_priority, check_queue_name
+from ._validation import (
+    check_delay,
+    check_max_attempts,
+    check_positive_seconds,
+    check_priority,
+    check_queue_name,
+)
 from .errors import BadArgumentError, ConfigError, NotFoundError, QueueError
 
 if TYPE_CHECKING:
@@ -39,10 +48,6 @@ __all__ = ["FunctionTask", "PendingDispatch", "Task", "TaskRegistry", "task"]
 P = TypeVar("P")
 R = TypeVar("R")
 
-#: Keys of the job ``meta`` object that belong to the task layer.
-TASK_META_KEY = "task"
-CONTEXT_META_KEY = "context"
-
 
 def _bad(message: str) -> BadArgumentError:
     return BadArgumentError("queue/bad-argument", message)
@@ -51,14 +56,7 @@ def _bad(message: str) -> BadArgumentError:
 def check_timeout(value: Any) -> float | None:
     if value is None:
         return None
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not math.isfinite(value)
-        or value <= 0
-    ):
-        raise _bad(f"timeout must be a positive number of seconds or None, got {value!r}")
-    return float(value)
+    return check_positive_seconds(value, "timeout")
 
 
 def _task_name(value: Any) -> str:
@@ -575,9 +573,7 @@ class PendingDispatch:
         options = self._options()
         queue = self.registry.queue
         runtime = queue._runtime(self.backend)
-        wire = runtime.codec.decode_payload(
-            runtime.codec.encode_payload(to_wire(options["payload"]))
-        )
+        wire = json.loads(dumps(to_wire(options["payload"])))
         now = queue.clock.now()
         job = Job(
             id=new_job_id(),

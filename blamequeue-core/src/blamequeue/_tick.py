@@ -42,6 +42,7 @@ async def run_tick(
     concurrency: int,
     limits: LeaseLimits | None = None,
 ) -> TickResult:
+    runtime.refuse_if_key_missing()
     leases = await runtime.call(
         "lease",
         lease_call(

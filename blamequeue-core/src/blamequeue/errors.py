@@ -9,7 +9,8 @@ The tree::
 
     QueueError                         .code, .retryable
     ├── ConfigError (ValueError)       queue/invalid-config, queue/deferred-protocol
-    ├── BadArgumentError (ValueError)  queue/bad-argument, queue/bad-payload
+    ├── BadArgumentError (ValueError)  queue/bad-argument, queue/bad-payload,
+    │                                  queue/payload-too-large
     ├── FlowError (ValueError)         queue/bad-flow, queue/flow-cycle, queue/flow-unknown-dep
     ├── NotFoundError (LookupError)    queue/unknown-backend, queue/unknown-job, queue/job-not-found
     ├── UnsupportedError               queue/dlq-unsupported, queue/flow-unsupported,
@@ -19,6 +20,7 @@ The tree::
     ├── BackendUnavailableError        queue/backend-unavailable (retryable)
     ├── ResultTimeoutError (TimeoutError)  queue/result-timeout
     ├── JobFailedError                 queue/job-failed (.job_id, .state, .last_error)
+    ├── SealKeyMissingError            queue/unseal-failed (.key_id): a key this process lacks
     └── QueueError itself              queue/not-initialized, queue/unseal-failed
 
 Only errors whose ``retryable`` is true are retried by a backend's retry policy, and only those
@@ -40,6 +42,7 @@ __all__ = [
     "NotFoundError",
     "QueueError",
     "ResultTimeoutError",
+    "SealKeyMissingError",
     "UnsupportedError",
 ]
 
@@ -57,6 +60,7 @@ ErrorCode = Literal[
     "queue/flow-unknown-dep",
     "queue/flow-unsupported",
     "queue/bad-payload",
+    "queue/payload-too-large",
     "queue/bad-argument",
     "queue/backend-unavailable",
     "queue/unseal-failed",
@@ -112,8 +116,8 @@ class ConfigError(QueueError, ValueError):
 
 
 class BadArgumentError(QueueError, ValueError):
-    """A call got an argument it cannot accept (``queue/bad-argument``, ``queue/bad-payload``).
-    Nothing was stored."""
+    """A call got an argument it cannot accept (``queue/bad-argument``, ``queue/bad-payload``,
+    ``queue/payload-too-large``).  Nothing was stored."""
 
 
 class FlowError(QueueError, ValueError):
@@ -173,3 +177,19 @@ class JobFailedError(QueueError):
         self.job_id = job_id
         self.state = state
         self.last_error = last_error
+
+
+class SealKeyMissingError(QueueError):
+    """A stored value was sealed with a key id this process does not hold
+    (``queue/unseal-failed``); ``key_id`` names it.
+
+    Not the job's fault but the process's configuration: a worker that meets one releases the
+    job untouched and stops leasing from that backend, instead of dead-lettering the job.  A
+    third-party sealer raises it from ``unseal`` for an envelope naming a key it lacks.
+    """
+
+    key_id: str | None = None
+
+    def __init__(self, message: str, *, key_id: str) -> None:
+        super().__init__("queue/unseal-failed", message)
+        self.key_id = key_id

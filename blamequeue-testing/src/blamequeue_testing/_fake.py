@@ -27,10 +27,9 @@ import attrs
 
 from blamequeue._backoff import parse_backoff
 from blamequeue._codec import dumps
+from blamequeue._job_seals import CONTEXT_META_KEY, TASK_META_KEY
 from blamequeue._models import Job
 from blamequeue._tasks import (
-    CONTEXT_META_KEY,
-    TASK_META_KEY,
     FunctionTask,
     RegisteredTask,
     Task,

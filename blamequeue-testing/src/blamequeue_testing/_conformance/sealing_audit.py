@@ -11,21 +11,23 @@ skip unless the queues share it (see :meth:`Conformance.require_shared_store`).
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import multiprocessing
 import os
 import secrets
 import sqlite3
 import stat
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 
-from blamequeue import Job, JobContext, Queue
+from blamequeue import Job, JobContext, Queue, QueueError
 from blamequeue.abc import Backend, StoredJob
+from blamequeue.errors import SealKeyMissingError
 
 from .fixtures import BACKEND, Conformance, succeed, wait_until
 
@@ -97,10 +99,29 @@ class _Store:
             swapped = "A" if sealed[position] != "A" else "B"
             return sealed[:position] + swapped + sealed[position + 1 :]
 
+        self.set(job_id, "payload", flip(self.get(job_id, "payload")))
+
+    def get(self, job_id: str, column: str) -> str:
+        """The stored text of one column (``payload``, ``meta``...) of ``job_id``."""
         if self.rows is not None:
-            row = self.rows[job_id]
-            row.payload = flip(row.payload)
+            value: str = getattr(self.rows[job_id], column)
+            return value
+        with self._connection() as (connection, table):
+            (value,) = connection.execute(
+                f'SELECT "{column}" FROM "{table}" WHERE id = ?', (job_id,)
+            ).fetchone()
+            return str(value)
+
+    def set(self, job_id: str, column: str, value: str) -> None:
+        """Overwrite one column of ``job_id`` in the store, as someone with write access can."""
+        if self.rows is not None:
+            setattr(self.rows[job_id], column, value)
             return
+        with self._connection() as (connection, table):
+            connection.execute(f'UPDATE "{table}" SET "{column}" = ? WHERE id = ?', (value, job_id))
+
+    @contextlib.contextmanager
+    def _connection(self) -> Iterator[tuple[sqlite3.Connection, str]]:
         assert self.path is not None
         table = str(self.config.get("table", "blamequeue_jobs"))
         if self.config.get("schema") not in (None, "main"):
@@ -108,21 +129,17 @@ class _Store:
         connection = sqlite3.connect(self.path, timeout=10)
         try:
             with connection:
-                (sealed,) = connection.execute(
-                    f'SELECT payload FROM "{table}" WHERE id = ?', (job_id,)
-                ).fetchone()
-                connection.execute(
-                    f'UPDATE "{table}" SET payload = ? WHERE id = ?', (flip(sealed), job_id)
-                )
+                yield connection, table
         finally:
             connection.close()
 
 
 async def _unseal_failures_reach_the_dlq(
-    conformance: Conformance, reader: Queue, bad_id: str
+    conformance: Conformance, reader: Queue, bad_id: str, others: Sequence[str] = ()
 ) -> str:
     """Run a consumer on ``reader``: the unreadable job goes to the DLQ, and the same worker
-    then runs a readable job enqueued after it.  Returns the dead job's last error."""
+    runs the readable ones (``others``, and one enqueued after it).  Returns the dead job's
+    last error."""
     name = conformance.name
     seen: list[str] = []
 
@@ -132,10 +149,11 @@ async def _unseal_failures_reach_the_dlq(
     consumer = await reader.consume(name, record, poll_interval=0.01)
     await wait_until(lambda: consumer.stats.moved_to_dlq == 1, "the bad job to reach the DLQ")
     good_id = await reader.enqueue(name, "readable")
-    await wait_until(lambda: seen == [good_id], "the worker to run the next job")
+    await wait_until(lambda: len(seen) == len(others) + 1, "the worker to run the next job")
     consumer.cancel()
     await consumer.wait_stopped()
-    assert (consumer.stats.succeeded, consumer.stats.failed) == (1, 1)
+    assert sorted(seen) == sorted([*others, good_id])
+    assert (consumer.stats.succeeded, consumer.stats.failed) == (len(others) + 1, 1)
     [dead] = await reader.dlq_list(name)
     assert dead.job_id == bad_id
     assert dead.payload is None
@@ -205,13 +223,26 @@ class TestSealing:
             result = await rotated.tick(name, record)
             assert (result.succeeded, sorted(seen)) == (2, ["sealed with k1", "sealed with k2"])
 
-            # The rotated queue seals with k2, which a queue knowing only k1 cannot read.
+            # The rotated queue seals with k2, which a queue knowing only k1 cannot read: not
+            # the job's fault, so it is handed back untouched and the stale queue stops leasing.
             await rotated.enqueue(name, "new")
             result = await stale.tick(name, succeed)
-            assert (result.failed, result.moved_to_dlq) == (1, 1)
-            [dead] = await stale.dlq_list(name)
-            assert dead.last_error is not None
-            assert "'k2'" in dead.last_error
+            assert (result.leased, result.failed, result.moved_to_dlq) == (1, 0, 0)
+            with pytest.raises(QueueError) as refused:
+                await stale.tick(name, succeed)
+            assert isinstance(refused.value, SealKeyMissingError)
+            assert refused.value.key_id == "k2"
+            assert "'k2'" in refused.value.message
+            assert await rotated.dlq_size(name) == 0
+            assert await rotated.size(name) == 1
+            attempts: list[int] = []
+
+            async def count(job: Job, ctx: JobContext) -> None:
+                attempts.append(job.attempts)
+
+            assert (await rotated.tick(name, count)).succeeded == 1
+            if _backend(rotated).capabilities.inspection:  # SQS counts every receive
+                assert attempts == [1]  # the released attempt was given back
 
     async def test_a_tampered_row_goes_to_the_dlq_and_the_worker_goes_on(
         self, conformance: Conformance, bq_backend_config: Mapping[str, Any]
@@ -237,18 +268,79 @@ class TestSealing:
             error = await _unseal_failures_reach_the_dlq(conformance, reader, bad)
             assert "failed authentication" in error
 
-    async def test_a_row_sealed_with_an_unknown_key_id_goes_to_the_dlq(
+    async def test_a_worker_without_the_key_releases_jobs_and_stops_leasing(
         self, conformance: Conformance
     ) -> None:
-        name = conformance.name
+        """SPEC §6: a misconfigured worker beside a right one dead-letters nothing, and every
+        job is done by the worker holding the key."""
+        name, key = conformance.name, _key()
         async with (
-            conformance.factory.open(seal={"keys": {"elsewhere": _key()}}) as writer,
-            conformance.factory.open(seal={"keys": {"k1": _key()}}) as reader,
+            conformance.factory.open(seal={"keys": {"k1": key}}) as right,
+            conformance.factory.open(seal={"keys": {"elsewhere": _key()}}) as wrong,
         ):
-            await conformance.require_shared_store(writer, reader)
-            bad = await writer.enqueue(name, "unknown key")
-            error = await _unseal_failures_reach_the_dlq(conformance, reader, bad)
-            assert "'elsewhere'" in error
+            await conformance.require_shared_store(right, wrong)
+            errors: list[Any] = []
+            wrong.on("queue.error", errors.append)
+            done_by: dict[str, list[Any]] = {"right": [], "wrong": []}
+
+            def recorder(who: str) -> Any:
+                async def record(job: Job, ctx: JobContext) -> None:
+                    done_by[who].append(job.payload)
+
+                return record
+
+            ids = await right.enqueue_many(name, list(range(20)))
+            bad = await wrong.consume(name, recorder("wrong"), concurrency=4, poll_interval=0.01)
+            await wait_until(lambda: errors, "the worker without the key to report it")
+            good = await right.consume(name, recorder("right"), concurrency=4, poll_interval=0.01)
+            await wait_until(lambda: len(done_by["right"]) == len(ids), "every job to be done")
+            for consumer in (good, bad):
+                consumer.cancel()
+                await consumer.wait_stopped()
+            assert sorted(done_by["right"]) == list(range(20))
+            assert done_by["wrong"] == []
+            assert await right.dlq_size(name) == 0
+            assert (bad.stats.failed, bad.stats.moved_to_dlq) == (0, 0)
+            assert errors[0].data["key_id"] == "k1"
+            with pytest.raises(SealKeyMissingError):
+                await wrong.tick(name, succeed)
+
+    async def test_a_payload_copied_into_another_job_does_not_run(
+        self, conformance: Conformance, bq_backend_config: Mapping[str, Any]
+    ) -> None:
+        q, name = conformance.queue, conformance.name
+        store = _Store(_backend(q), bq_backend_config)
+        first = await q.enqueue(name, {"card": PAYLOAD_SECRET})
+        second = await q.enqueue(name, {"card": "other"})
+        store.set(second, "payload", store.get(first, "payload"))
+        error = await _unseal_failures_reach_the_dlq(conformance, q, second, others=[first])
+        assert "tampered" in error
+        assert PAYLOAD_SECRET not in error
+
+    async def test_a_task_name_rewritten_in_the_store_does_not_run(
+        self, conformance: Conformance, bq_backend_config: Mapping[str, Any]
+    ) -> None:
+        q, name = conformance.queue, conformance.name
+        store = _Store(_backend(q), bq_backend_config)
+        ran: list[str] = []
+
+        @q.task(queue=name, name="harmless")
+        async def harmless(job: Job, ctx: JobContext) -> None:
+            ran.append("harmless")
+
+        @q.task(queue=name, name="dangerous")
+        async def dangerous(job: Job, ctx: JobContext) -> None:
+            ran.append("dangerous")
+
+        bad = await q.job("harmless", {"n": 1}).with_context(user="ada").dispatch()
+        meta = store.get(bad, "meta")
+        assert "ada" not in meta  # the context is sealed, the task name readable
+        store.set(bad, "meta", meta.replace('"harmless"', '"dangerous"'))
+        result = await q.tick(name, q.tasks)
+        assert (result.moved_to_dlq, ran) == (1, [])
+        [dead] = await q.dlq_list(name)
+        assert dead.last_error is not None
+        assert "tampered" in dead.last_error
 
     async def test_seal_false_stores_plain_json(self, conformance: Conformance) -> None:
         name = conformance.name
