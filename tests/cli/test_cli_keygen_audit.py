@@ -30,7 +30,7 @@ def test_keygen_prints_one_line_usable_as_blamequeue_seal_keys(run_cli: RunCli) 
     assert kid.startswith("k")
     assert len(base64.b64decode(key, validate=True)) == 32
     queue = Queue.from_env({"BLAMEQUEUE_PROTOCOL": "memory", "BLAMEQUEUE_SEAL_KEYS": line})
-    assert queue._runtimes["default"].codec.encode_payload(1, b"").startswith(f"bq1:{kid}:")
+    assert queue._runtimes["default"].codec.encode_payload(1).startswith(f"bq1:{kid}:")
 
 
 def test_keygen_makes_a_new_key_every_time(run_cli: RunCli) -> None:
@@ -226,6 +226,14 @@ def test_audit_verify_accepts_a_head_the_chain_reached_and_went_past(
         "audit", "verify", str(path), "--expect-count", "2", "--expect-head", head, env=WITH_KEY
     )
     assert result.returncode == 0, result.stdout
+
+
+def test_audit_verify_refuses_a_head_that_is_not_one(run_cli: RunCli, tmp_path: Path) -> None:
+    path = tmp_path / "audit.jsonl"
+    write_audit_file(path, 1)
+    result = run_cli("audit", "verify", str(path), "--expect-head", "3f1c", env=WITH_KEY)
+    assert result.returncode == 2
+    assert "is not a head" in result.stderr
 
 
 def test_audit_verify_reports_a_recovered_torn_line(run_cli: RunCli, tmp_path: Path) -> None:

@@ -604,3 +604,87 @@ async def test_a_sealed_payload_round_trips_every_json_type(memory_queue: Queue)
     payload = {"s": "ünïcødé ✓", "i": -(2**40), "f": 1.5, "b": True, "n": None, "l": [1, "2"]}
     await memory_queue.enqueue("q", payload)
     assert await drain(memory_queue) == [payload]
+
+
+# -- seals bound to their place (SPEC §6) -----------------------------------------------------
+def test_a_value_opens_only_in_the_place_it_was_sealed_for() -> None:
+    codec = SealedCodec(sealer(k1=b"1" * 32))
+    sealed = codec.encode_payload({"card": SECRET}, W)
+    assert codec.decode_payload(sealed, W) == {"card": SECRET}
+    elsewhere = [
+        place("payload", "q", "job-2"),  # another job
+        place("payload", "other-queue", "job-1"),  # another queue
+        place("result", "q", "job-1"),  # another field
+        place("payload", "q", "job-1", None, '{"task":"other"}'),  # rewritten meta
+    ]
+    for where in elsewhere:
+        with pytest.raises(QueueError) as info:
+            codec.decode_payload(sealed, where)
+        assert info.value.code == "queue/unseal-failed"
+        assert "tampered" in info.value.message
+        assert SECRET not in info.value.message
+    error = codec.decode_error(codec.encode_error(SECRET, W), elsewhere[0])
+    assert error is not None
+    assert error.startswith("queue/unseal-failed") and SECRET not in error
+
+
+def test_places_cannot_be_confused_by_where_a_name_ends() -> None:
+    assert place("payload", "a:b", "c") != place("payload", "a", "b:c")
+    assert place("payload", "a\nb", "") != place("payload", "a", "b")
+    assert place("payload", None) == place("payload", "")
+
+
+def test_a_value_sealed_before_binding_is_refused_unless_accept_unbound() -> None:
+    box = sealer(k1=b"1" * 32)
+    old = box.seal('{"from":"before"}')  # what an earlier version stored: no place inside
+    with pytest.raises(QueueError) as info:
+        SealedCodec(box).decode_payload(old, W)
+    assert "accept_unbound" in info.value.message
+    assert SealedCodec(box, accept_unbound=True).decode_payload(old, W) == {"from": "before"}
+    config = parse_seal_config({"keys": {"k1": K1}, "accept_unbound": True}, "seal")
+    assert config is not False and config.accept_unbound
+
+
+def test_a_value_sealed_with_a_key_not_held_raises_seal_key_missing() -> None:
+    from blamequeue.errors import SealKeyMissingError
+
+    sealed = SealedCodec(sealer(k2=b"2" * 32)).encode_payload(1, W)
+    with pytest.raises(SealKeyMissingError) as info:
+        SealedCodec(sealer(k1=b"1" * 32), accept_unsealed=True).decode_payload(sealed, W)
+    assert (info.value.code, info.value.key_id) == ("queue/unseal-failed", "k2")
+
+
+def test_the_sweeps_lease_expired_text_reads_back_on_every_codec() -> None:
+    from blamequeue._codec import LEASE_EXPIRED
+
+    assert SealedCodec(sealer(k1=b"1" * 32)).decode_error(LEASE_EXPIRED, W) == LEASE_EXPIRED
+    assert JsonCodec().decode_error(LEASE_EXPIRED, W) == LEASE_EXPIRED
+
+
+@pytest.mark.anyio
+async def test_with_context_values_are_sealed_for_their_job() -> None:
+    namespace = f"sealing-context-{os.urandom(4).hex()}"
+    async with Queue(backends={"b": {"protocol": "memory", "namespace": namespace}}) as queue:
+        seen: list[Any] = []
+
+        @queue.task(queue="q", name="greet")
+        async def greet(payload: dict[str, Any], ctx: JobContext) -> None:
+            seen.append(ctx.job.context)
+
+        first = await queue.job("greet", {}).with_context(user=SECRET).dispatch()
+        second = await queue.job("greet", {}).with_context(user="other").dispatch()
+        rows = runtime_of(queue).backend._store.jobs
+        assert SECRET not in rows[first].meta
+        assert '"task": "greet"' in rows[first].meta  # names stay readable
+        # Another job's sealed context swapped in, with the payload's binding to it intact,
+        # still does not open: the context is bound to its own job.
+        stolen = rows[first].meta
+        rows[second].meta = stolen
+        rows[second].payload = SealedCodec(runtime_of(queue).codec.sealer).encode_payload(
+            {}, place("payload", "q", second, None, stolen)
+        )
+        result = await queue.tick("q", queue.tasks)
+        assert (result.succeeded, result.moved_to_dlq, seen) == (1, 1, [{"user": SECRET}])
+        [dead] = await queue.dlq_list("q")
+        assert dead.job_id == second
+        assert dead.last_error is not None and "tampered" in dead.last_error

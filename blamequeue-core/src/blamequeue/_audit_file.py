@@ -124,6 +124,20 @@ class ChainHead:
 
 
 # -- writing -----------------------------------------------------------------------------------
+def _read_at(fd: int, size: int, offset: int) -> bytes:
+    """Up to ``size`` bytes at ``offset`` (seek and read: ``os.pread`` is not everywhere; the
+    offset does not matter to appends, which ``O_APPEND`` puts at the end)."""
+    os.lseek(fd, offset, os.SEEK_SET)
+    parts = []
+    while size > 0:
+        part = os.read(fd, size)
+        if not part:
+            break
+        parts.append(part)
+        size -= len(part)
+    return b"".join(parts)
+
+
 def _tail(fd: int) -> tuple[int, bytes, bytes | None]:
     """``(size, torn, last)``: the file's size, the bytes after its last newline (a torn line;
     empty when the file ends whole) and the last whole line with its newline (None if none)."""
@@ -132,7 +146,7 @@ def _tail(fd: int) -> tuple[int, bytes, bytes | None]:
         return 0, b"", None
     size = min(end, _TAIL_CHUNK)
     while True:
-        chunk = os.pread(fd, size, end - size)
+        chunk = _read_at(fd, size, end - size)
         newline = chunk.rfind(b"\n")
         torn = chunk[newline + 1 :]
         if newline >= 0:
@@ -145,7 +159,7 @@ def _tail(fd: int) -> tuple[int, bytes, bytes | None]:
 
 
 def _lines_in(fd: int, size: int) -> int:
-    return sum(os.pread(fd, _TAIL_CHUNK, at).count(b"\n") for at in range(0, size, _TAIL_CHUNK))
+    return sum(_read_at(fd, _TAIL_CHUNK, at).count(b"\n") for at in range(0, size, _TAIL_CHUNK))
 
 
 def _link_after(fd: int, size: int, last: bytes | None) -> tuple[int, str]:

@@ -263,6 +263,20 @@ async def check_report(
         statuses.append(
             BackendStatus(name=runtime.name, protocol=runtime.protocol, breaker_state=breaker)
         )
+        if runtime.missing_seal_key is not None:
+            alerts.append(
+                HealthAlert(
+                    level="critical",
+                    backend=runtime.name,
+                    queue=None,
+                    check="seal-key",
+                    message=(
+                        f"backend {runtime.name!r}: jobs are sealed with key id "
+                        f"{runtime.missing_seal_key!r}, which this process does not hold; it "
+                        f"leases nothing until restarted with that key"
+                    ),
+                )
+            )
         if not runtime.backend.capabilities.inspection:
             continue  # e.g. sqs: it cannot list its queues; only its breaker is reported
         try:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,8 @@ from ._output import print_json
 from ._running import EXIT_ERROR, EXIT_OK, UsageError, positive_int
 
 __all__ = ["add_parser", "keyring", "run"]
+
+_HEX64 = re.compile(r"[0-9a-f]{64}\Z")
 
 _EPILOG = """\
 examples:
@@ -70,6 +73,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     verify.add_argument(
         "--expect-head",
         metavar="H",
+        type=_head_hash,
         help="fail unless the chain holds the line whose mac is H (line N with --expect-count)",
     )
     verify.add_argument(
@@ -139,6 +143,15 @@ def keyring(args: argparse.Namespace, env: Mapping[str, str]) -> dict[str, bytes
         sources.append(_existing_key_file(key_file_path(database)))
     sources.append(_existing_key_file(f"{args.file}.key"))
     return read_keyring(sources)
+
+
+def _head_hash(value: str) -> str:
+    """``--expect-head``: the 64 hex digits of a line's ``mac``."""
+    if not _HEX64.match(value.strip().lower()):
+        raise argparse.ArgumentTypeError(
+            f"{value[:80]!r} is not a head: give the 64 hex digits verify printed after the count"
+        )
+    return value.strip().lower()
 
 
 def _expectation(report: ChainReport, args: argparse.Namespace) -> str | None:

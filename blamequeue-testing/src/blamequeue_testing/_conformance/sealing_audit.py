@@ -302,6 +302,9 @@ class TestSealing:
             assert await right.dlq_size(name) == 0
             assert (bad.stats.failed, bad.stats.moved_to_dlq) == (0, 0)
             assert errors[0].data["key_id"] == "k1"
+            report = await wrong.health()
+            assert report.status == "unhealthy"
+            assert [a.check for a in report.alerts if "'k1'" in a.message] == ["seal-key"]
             with pytest.raises(SealKeyMissingError):
                 await wrong.tick(name, succeed)
 
