@@ -30,7 +30,7 @@ def test_keygen_prints_one_line_usable_as_blamequeue_seal_keys(run_cli: RunCli) 
     assert kid.startswith("k")
     assert len(base64.b64decode(key, validate=True)) == 32
     queue = Queue.from_env({"BLAMEQUEUE_PROTOCOL": "memory", "BLAMEQUEUE_SEAL_KEYS": line})
-    assert queue._runtimes["default"].codec.encode_payload(1).startswith(f"bq1:{kid}:")
+    assert queue._runtimes["default"].codec.encode_payload(1, b"").startswith(f"bq1:{kid}:")
 
 
 def test_keygen_makes_a_new_key_every_time(run_cli: RunCli) -> None:

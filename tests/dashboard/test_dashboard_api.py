@@ -1,24 +1,30 @@
 """The dashboard's HTTP API, served for real (hypercorn on a loopback port, asyncio and trio)
-over the local backend: counts match the backend, payloads stay hidden without permission,
-write actions need the token and pass the CSRF guard."""
+over the local backend: only loopback or allowed ``Host`` names are answered, reads need the
+token unless opened on loopback, writes need the token and pass the CSRF guard, counts match the
+backend, and nothing secret is shown (payloads, tracebacks, context values, URL passwords).
+Queue names with ``/``, ``%``, spaces and more reach exactly their queue."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, MutableMapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
+import anyio
 import httpx
 import pytest
 
 from asgi_server import serving
-from blamequeue import FlowChild, Job, JobContext, JsonlAuditSink, Queue, QueueError
-from blamequeue._dashboard import create_dashboard
+from blamequeue import FlowChild, Job, JobContext, JsonlAuditSink, Queue, QueueError, dashboard_app
+from blamequeue._dashboard import host_name
 
 pytestmark = pytest.mark.anyio
 
 TOKEN = "dashboard-token-0123456789"
-ACTION = {"Authorization": f"Bearer {TOKEN}", "X-Blamequeue-Action": "1"}
+READ = {"Authorization": f"Bearer {TOKEN}"}
+ACTION = {**READ, "X-Blamequeue-Action": "1"}
+ODD_NAMES = ["a/b%2Fc d", "a", "b", "a%2Fb", "q?x=1#frag", "naïve 队列", "100%"]
 
 
 async def _fail(job: Job, ctx: JobContext) -> None:
@@ -45,84 +51,307 @@ async def seeded(tmp_path: Path) -> AsyncIterator[Queue]:
         yield queue
 
 
+def _path(*segments: str) -> str:
+    """``/api/...`` with each segment percent-encoded as the page's encodeURIComponent does."""
+    return "/api/" + "/".join(quote(s, safe="") for s in segments)
+
+
 async def test_overview_jobs_and_hidden_payloads(
     seeded: Queue, anyio_backend: str, tmp_path: Path
 ) -> None:
     audit = str(tmp_path / "audit.jsonl")
-    app = create_dashboard(seeded, token=TOKEN, allow_payloads=True, audit_file=audit)
+    app = dashboard_app(seeded, token=TOKEN, allow_payloads=True, audit_file=audit)
     async with serving(app, anyio_backend) as url, httpx.AsyncClient(base_url=url) as client:
-        page = await client.get("/")
+        page = await client.get("/")  # the page itself holds no data: no token needed
         assert page.status_code == 200
         assert "blamequeue dashboard" in page.text
         assert page.headers["x-frame-options"] == "DENY"
-        overview = (await client.get("/api/overview")).json()
+        overview = (await client.get("/api/overview", headers=READ)).json()
         counts = {q["name"]: q for q in overview["queues"]}
         backend = {q.name: q for q in await seeded.queues()}
         assert counts["emails"]["pending"] == backend["emails"].pending == 3
         assert counts["emails"]["dead"] == backend["emails"].dead == 1
         assert len(counts["emails"]["throughput"]) == 60
         assert overview["writable"] is True
-        jobs = (await client.get("/api/queues/emails/jobs", params={"state": "dead"})).json()
-        [dead] = jobs["jobs"]
+        jobs = await client.get("/api/queues/emails/jobs", params={"state": "dead"}, headers=READ)
+        [dead] = jobs.json()["jobs"]
         assert dead["job"]["payload"] is None  # never in lists
         job_id = dead["job"]["id"]
-        hidden = (await client.get(f"/api/jobs/{job_id}")).json()
-        assert hidden["job"]["payload"] is None
-        assert hidden["payload_shown"] is False
-        shown = (await client.get(f"/api/jobs/{job_id}", headers=ACTION)).json()
+        shown = (await client.get(f"/api/jobs/{job_id}", headers=READ)).json()
         assert shown["job"]["payload"] == {"n": 9, "secret": "s3cr3t"}
-        assert "broken 9" in shown["job"]["last_error"]
+        assert shown["job"]["last_error"].startswith("RuntimeError: broken 9")
         what = [entry["what"] for entry in shown["timeline"]]
         assert what[:2] == ["enqueued", "due"]
         assert "system.queue.dlq.write" in what  # from the audit file
         assert what[-1] in ("dead", "system.queue.dlq.write")
-        assert (await client.get("/api/jobs/job-nope")).status_code == 404
-        flow_id = (await client.get("/api/queues/flows/jobs")).json()["jobs"][0]["job"]["flow_id"]
-        flow = (await client.get(f"/api/flows/{flow_id}")).json()
+        assert (await client.get("/api/jobs/job-nope", headers=READ)).status_code == 404
+        flows = (await client.get("/api/queues/flows/jobs", headers=READ)).json()
+        flow_id = flows["jobs"][0]["job"]["flow_id"]
+        flow = (await client.get(f"/api/flows/{flow_id}", headers=READ)).json()
         states = {c["name"]: (c["state"], len(c["depends_on"])) for c in flow["children"]}
         assert states == {"fetch": ("pending", 0), "parse": ("parked", 1)}
 
 
 async def test_payloads_never_shown_unless_allowed(seeded: Queue, anyio_backend: str) -> None:
-    app = create_dashboard(seeded, token=TOKEN)  # allow_payloads off
+    app = dashboard_app(seeded, token=TOKEN)  # allow_payloads off
     async with serving(app, anyio_backend) as url, httpx.AsyncClient(base_url=url) as client:
-        [dead] = (await client.get("/api/queues/emails/dlq")).json()["dead"]
+        [dead] = (await client.get("/api/queues/emails/dlq", headers=READ)).json()["dead"]
         detail = (await client.get(f"/api/jobs/{dead['job_id']}", headers=ACTION)).json()
         assert detail["job"]["payload"] is None
         assert dead["payload"] is None
 
 
-async def test_write_actions_need_the_token_and_the_csrf_header(
+async def test_reads_without_the_token_get_401(seeded: Queue, anyio_backend: str) -> None:
+    app = dashboard_app(seeded, token=TOKEN)
+    [dead] = await seeded.dlq_list("emails")
+    reads = [
+        "/api/overview",
+        "/api/queues/emails/jobs",
+        "/api/queues/emails/dlq",
+        f"/api/jobs/{dead.job_id}",
+        "/api/batches",
+        "/api/schedules",
+        "/api/flows/flow-x",
+    ]
+    async with serving(app, anyio_backend) as url, httpx.AsyncClient(base_url=url) as client:
+        for path in reads:
+            for headers in ({}, {"Authorization": "Bearer wrong-token-wrong-token"}):
+                answer = await client.get(path, headers=headers)
+                assert answer.status_code == 401, path
+                assert answer.headers["www-authenticate"].startswith("Bearer")
+                assert "emails" not in answer.text
+            assert (await client.get(path, headers=READ)).status_code in (200, 404, 501)
+
+
+async def test_read_only_open_reads_without_the_token_but_writes_need_it(
     seeded: Queue, anyio_backend: str
 ) -> None:
-    read_only = create_dashboard(seeded)
-    async with serving(read_only, anyio_backend) as url, httpx.AsyncClient(base_url=url) as c:
+    app = dashboard_app(seeded, token=TOKEN, read_only_open=True)
+    async with serving(app, anyio_backend) as url, httpx.AsyncClient(base_url=url) as client:
+        assert (await client.get("/api/overview")).status_code == 200
+        [dead] = (await client.get("/api/queues/emails/dlq")).json()["dead"]
+        assert "Traceback" not in str(dead["last_error"])
+        full = await client.get(f"/api/jobs/{dead['job_id']}", params={"full": "1"})
+        assert full.status_code == 401  # the full error text needs the token even so
+        retry = f"/api/jobs/{dead['job_id']}/retry"
+        no_token = {"X-Blamequeue-Action": "1"}
+        assert (await client.post(retry, headers=no_token)).status_code == 401
+        assert await seeded.dlq_size("emails") == 1
+        assert (await client.post(retry, headers=ACTION)).json() == {"retried": True}
+    open_only = dashboard_app(seeded, read_only_open=True)  # no token: read-only
+    async with serving(open_only, anyio_backend) as url, httpx.AsyncClient(base_url=url) as c:
+        assert (await c.get("/api/overview")).json()["writable"] is False
         refused = await c.post("/api/queues/emails/dlq/retry-all", headers=ACTION)
         assert refused.status_code == 403
         assert "read-only" in refused.json()["error"]
-    app = create_dashboard(seeded, token=TOKEN)
+
+
+async def test_read_only_open_is_only_for_loopback_clients_and_hosts(seeded: Queue) -> None:
+    app = dashboard_app(seeded, token=TOKEN, read_only_open=True, allowed_hosts=["dash.example"])
+    assert (await _call(app, "/api/overview", client=("10.1.2.3", 5555)))[0] == 401
+    assert (await _call(app, "/api/overview", host="dash.example"))[0] == 401
+    assert (await _call(app, "/api/overview", host="dash.example", headers=READ))[0] == 200
+    assert (await _call(app, "/api/overview", client=("127.0.0.1", 5555)))[0] == 200
+
+
+async def test_write_actions_need_the_token_and_the_csrf_header(
+    seeded: Queue, anyio_backend: str
+) -> None:
+    app = dashboard_app(seeded, token=TOKEN)
     async with serving(app, anyio_backend) as url, httpx.AsyncClient(base_url=url) as client:
-        [dead] = (await client.get("/api/queues/emails/dlq")).json()["dead"]
+        [dead] = (await client.get("/api/queues/emails/dlq", headers=READ)).json()["dead"]
         retry = f"/api/jobs/{dead['job_id']}/retry"
-        cases: list[dict[str, Any]] = [
-            {},
-            {"Authorization": "Bearer wrong-token-wrong-token"},
-            {"Authorization": f"Bearer {TOKEN}"},  # no CSRF header
-            {**ACTION, "Origin": "http://evil.example"},
+        cases: list[tuple[dict[str, Any], int]] = [
+            ({}, 401),
+            ({"Authorization": "Bearer wrong-token-wrong-token"}, 401),
+            (READ, 403),  # no CSRF header
+            ({**ACTION, "Origin": "http://evil.example"}, 403),
         ]
-        for headers in cases:
-            assert (await client.post(retry, headers=headers)).status_code == 403
+        for headers, status in cases:
+            assert (await client.post(retry, headers=headers)).status_code == status
         assert await seeded.dlq_size("emails") == 1  # nothing happened
         assert (await client.post(retry, headers=ACTION)).json() == {"retried": True}
         assert await seeded.dlq_size("emails") == 0
         await seeded.tick("emails", _fail, max=10)
-        assert (await client.post("/api/queues/emails/dlq/purge", headers=ACTION)).json()[
-            "purged"
-        ] >= 1
-        assert (await client.delete("/api/overview")).status_code == 405
+        purge = "/api/queues/emails/dlq/purge"
+        assert (await client.post(purge, headers=ACTION)).status_code == 400  # names no queue
+        wrong = await client.post(purge, headers=ACTION, json={"queue": "other"})
+        assert wrong.status_code == 400
+        assert "nothing was done" in wrong.json()["error"]
+        assert await seeded.dlq_size("emails") >= 1
+        done = (await client.post(purge, headers=ACTION, json={"queue": "emails"})).json()
+        assert done["queue"] == "emails"
+        assert done["purged"] >= 1
+        assert (await client.delete("/api/overview", headers=READ)).status_code == 405
 
 
-async def test_a_short_token_is_refused(seeded: Queue) -> None:
-    with pytest.raises(QueueError) as caught:
-        create_dashboard(seeded, token="short")
-    assert caught.value.code == "queue/invalid-config"
+async def test_only_loopback_and_allowed_hosts_are_answered(
+    seeded: Queue, anyio_backend: str
+) -> None:
+    app = dashboard_app(seeded, token=TOKEN, allowed_hosts=["Dash.Example.:9000"])
+    async with serving(app, anyio_backend) as url, httpx.AsyncClient(base_url=url) as client:
+        for host in ("evil.example", "localhost.evil.example", "127.0.0.1.nip.io", "dash.exam"):
+            for path in ("/", "/api/overview"):
+                answer = await client.get(path, headers={**READ, "Host": host})
+                assert answer.status_code == 421, (host, path)
+                assert answer.headers["content-type"].startswith("text/plain")
+                assert "DNS rebinding" in answer.text
+                assert "emails" not in answer.text
+        for host in ("localhost", "localhost:8765", "127.0.0.2", "[::1]:80", "dash.example"):
+            answer = await client.get("/api/overview", headers={**READ, "Host": host})
+            assert answer.status_code == 200, host
+        # A request with no Host at all (HTTP/1.0 allows it) is refused too.
+        port = int(url.rsplit(":", 1)[1])
+        async with await anyio.connect_tcp("127.0.0.1", port) as stream:
+            await stream.send(b"GET /api/overview HTTP/1.0\r\nAuthorization: Bearer %s\r\n\r\n"
+                              % TOKEN.encode())  # fmt: skip
+            reply = b""
+            with anyio.fail_after(10):
+                try:
+                    while True:
+                        reply += await stream.receive()
+                except anyio.EndOfStream:
+                    pass
+        assert reply.split(b"\r\n", 1)[0].split()[1] == b"421"
+
+
+@pytest.mark.parametrize(
+    ("header", "name"),
+    [
+        ("localhost", "localhost"),
+        ("LOCALHOST.:8765", "localhost"),
+        ("127.0.0.1:80", "127.0.0.1"),
+        ("[::1]", "::1"),
+        ("[0:0::1]:8765", "::1"),
+        ("[::1", None),
+        ("::1", None),  # IPv6 needs its brackets in a Host header
+        ("example.com:", None),
+        ("example.com:80x", None),
+        ("exa mple.com", None),
+        ("ex_ample.com", None),
+        ("bücher.example", None),
+        ("", None),
+    ],
+)
+def test_host_names_are_parsed_strictly(header: str, name: str | None) -> None:
+    assert host_name(header) == name
+
+
+async def test_hosts_given_twice_or_missing_are_refused(seeded: Queue) -> None:
+    app = dashboard_app(seeded, token=TOKEN)
+    assert (await _call(app, "/api/overview", host=None, headers=READ))[0] == 421
+    twice = [(b"host", b"localhost"), (b"host", b"evil.example")]
+    assert (await _call(app, "/api/overview", raw_headers=twice, headers=READ))[0] == 421
+
+
+async def test_no_traceback_context_value_or_url_password_is_shown(
+    seeded: Queue, anyio_backend: str
+) -> None:
+    @seeded.task(queue="reports", tries=1)
+    async def build_report(payload: Any, ctx: JobContext) -> None:
+        raise ConnectionError("cannot reach redis://:hunter2@cache.internal:6379/0")
+
+    pending = seeded.job(build_report, {"n": 1})
+    await pending.with_context(api_key="ctx-s3cret-value", user="u-1").dispatch()
+    await seeded.tick("reports", seeded.tasks, max=1)
+    [info] = (await seeded.list_jobs("reports")).jobs
+    app = dashboard_app(seeded, token=TOKEN, read_only_open=True)
+    async with serving(app, anyio_backend) as url, httpx.AsyncClient(base_url=url) as client:
+        listed = (await client.get("/api/queues/reports/jobs")).text
+        detail = await client.get(f"/api/jobs/{info.job.id}")
+        [dead] = (await client.get("/api/queues/emails/dlq")).json()["dead"]
+        emails_detail = (await client.get(f"/api/jobs/{dead['job_id']}")).json()
+        full = (await client.get(f"/api/jobs/{dead['job_id']}?full=1", headers=READ)).json()
+    for shown in (listed, detail.text):
+        assert "ctx-s3cret-value" not in shown
+        assert "hunter2" not in shown
+        assert "Traceback" not in shown
+    job = detail.json()["job"]
+    assert job["context_keys"] == ["api_key", "user"]
+    assert "context" not in job
+    assert job["last_error"] == "ConnectionError: cannot reach redis://***@cache.internal:6379/0"
+    assert "\n" not in emails_detail["job"]["last_error"]
+    assert emails_detail["job"]["last_error"].startswith("RuntimeError: broken 9")
+    stored = (await seeded.job_info(dead["job_id"])).job.last_error  # type: ignore[union-attr]
+    assert full["job"]["last_error"] == stored  # the whole text, when asked with the token
+
+
+async def test_queue_names_with_any_character_reach_exactly_their_queue(
+    seeded: Queue, anyio_backend: str
+) -> None:
+    for name in ODD_NAMES:
+        await seeded.enqueue(name, {"n": 0, "queue": name}, max_attempts=1)
+        await seeded.enqueue(name, {"n": 1, "queue": name})
+        await seeded.tick(name, _fail, max=1)  # the first one dies
+        assert await seeded.dlq_size(name) == 1
+    app = dashboard_app(seeded, token=TOKEN)
+    async with serving(app, anyio_backend) as url, httpx.AsyncClient(base_url=url) as client:
+        listed = {
+            q["name"] for q in (await client.get("/api/overview", headers=READ)).json()["queues"]
+        }
+        assert set(ODD_NAMES) <= listed
+        for name in ODD_NAMES:
+            jobs = (await client.get(_path("queues", name, "jobs"), headers=READ)).json()["jobs"]
+            assert {info["job"]["queue"] for info in jobs} == {name}
+            dlq = (await client.get(_path("queues", name, "dlq"), headers=READ)).json()
+            assert dlq["queue"] == name
+            assert [d["queue"] for d in dlq["dead"]] == [name]
+        target = "a/b%2Fc d"
+        purge = await client.post(
+            _path("queues", target, "dlq", "purge"), headers=ACTION, json={"queue": target}
+        )
+        assert purge.json() == {"queue": target, "purged": 1}
+    sizes = {name: await seeded.dlq_size(name) for name in ODD_NAMES}
+    assert sizes == {name: 0 if name == target else 1 for name in ODD_NAMES}
+
+
+async def test_bad_settings_are_refused(seeded: Queue) -> None:
+    bad: list[dict[str, Any]] = [
+        {"token": "short"},
+        {"token": "has a space in it, sixteen+"},
+        {"token": "n\u00f6n-ascii-token-0123456789"},
+        {},  # no token and not read_only_open: nothing could read it
+        {"token": TOKEN, "allowed_hosts": "dash.example"},  # a string, not a list
+        {"token": TOKEN, "allowed_hosts": ["http://dash.example/"]},
+        {"token": TOKEN, "allowed_hosts": [""]},
+    ]
+    for settings in bad:
+        with pytest.raises(QueueError) as caught:
+            dashboard_app(seeded, **settings)
+        assert caught.value.code == "queue/invalid-config", settings
+
+
+async def _call(
+    app: Any,
+    path: str,
+    *,
+    host: str | None = "127.0.0.1:8765",
+    headers: dict[str, str] | None = None,
+    raw_headers: list[tuple[bytes, bytes]] | None = None,
+    client: tuple[str, int] | None = ("127.0.0.1", 40000),
+) -> tuple[int, bytes]:
+    """One request straight to the ASGI app (for what a real client cannot send)."""
+    pairs = list(raw_headers or [])
+    if host is not None and raw_headers is None:
+        pairs.append((b"host", host.encode()))
+    pairs += [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]
+    scope = {
+        "type": "http",
+        "method": "GET",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": pairs,
+        "client": client,
+    }
+    sent: list[MutableMapping[str, Any]] = []
+
+    async def receive() -> MutableMapping[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: MutableMapping[str, Any]) -> None:
+        sent.append(message)
+
+    await app(scope, receive, send)
+    return sent[0]["status"], sent[1]["body"]

@@ -1,11 +1,15 @@
 """The dashboard in a real headless Chromium (Debian's ``chromium`` and ``chromium-driver``),
-served by ``blamequeue dashboard`` in its own process on asyncio and on trio: the page loads,
-the counts it shows match the backend, and a DLQ retry clicked in the page moves the job back
-to pending.  Screenshots go to the test's directory (and to $BLAMEQUEUE_SCREENSHOTS if set)."""
+served by ``blamequeue dashboard`` in its own process on asyncio and on trio, opened at the
+address it prints (the token in the fragment): the page loads, the counts it shows match the
+backend, a DLQ retry clicked in the page moves the job back to pending, a queue whose name holds
+``/``, ``%`` and a space is listed, opened and its DLQ purged (and no other queue's), and a page
+without the token says so until the token is typed in.  Screenshots go to the test's directory
+(and to $BLAMEQUEUE_SCREENSHOTS if set)."""
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -20,7 +24,8 @@ import pytest
 from blamequeue import Job, JobContext, Queue
 
 CHROMIUM, DRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
-TOKEN = "browser-token-0123456789"
+#: Beside the one purged: a wrong decoding of its name would reach one of these instead.
+ODD, NEIGHBOURS = "a/b%2Fc d", ["a", "b", "a%2Fb", "a/b", "a/b/c d"]
 
 if not (Path(CHROMIUM).exists() and Path(DRIVER).exists()):
     if os.environ.get("CI"):
@@ -35,6 +40,7 @@ from selenium import webdriver  # noqa: E402
 from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.common.keys import Keys  # noqa: E402
+from selenium.webdriver.remote.webelement import WebElement  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
 
@@ -48,43 +54,52 @@ def _seed(db: Path) -> None:
             await queue.enqueue_many("emails", [1, 2, 3])
             await queue.enqueue("emails", 4, max_attempts=1, priority=10)
             await queue.tick("emails", _fail, max=1)  # the priority job dies
+            for name in [ODD, *NEIGHBOURS]:
+                await queue.enqueue(name, name, max_attempts=1)
+                await queue.tick(name, _fail, max=1)
 
     anyio.run(go)
 
 
-def _counts(db: Path) -> tuple[int, int]:
+def _counts(db: Path, name: str = "emails") -> tuple[int, int]:
     async def go() -> tuple[int, int]:
         async with Queue(backends={"l": {"protocol": "local", "path": str(db)}}) as queue:
-            [emails] = await queue.queues()
-            return emails.pending, emails.dead
+            found = [(q.pending, q.dead) for q in await queue.queues() if q.name == name]
+            return found[0] if found else (0, 0)  # a queue with no job left is not listed
 
     return anyio.run(go)
 
 
 @pytest.fixture(params=["asyncio", "trio"])
 def dashboard(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """The address ``blamequeue dashboard`` printed (its token made up for the run, in the
+    fragment) and the database it serves."""
     db = tmp_path / "jobs.db"
     _seed(db)
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    env = {**os.environ, "BLAMEQUEUE_DASHBOARD_TOKEN": TOKEN}
+    env = {k: v for k, v in os.environ.items() if k != "BLAMEQUEUE_DASHBOARD_TOKEN"}
     command = [sys.executable, "-m", "blamequeue._cli", "dashboard", "--path", str(db)]
-    log = (tmp_path / "dashboard.log").open("wb")
+    log_path = tmp_path / "dashboard.log"
+    log = log_path.open("wb")
     server = subprocess.Popen(
         [*command, "--port", str(port), "--loop", request.param], env=env, stdout=log, stderr=log
     )
     try:
         deadline = time.monotonic() + 30
         while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                assert server.poll() is None, (tmp_path / "dashboard.log").read_text()
-                assert time.monotonic() < deadline, "the dashboard did not start"
-                time.sleep(0.05)
-        yield f"http://127.0.0.1:{port}/", db
+            printed = re.search(r"on (http://\S+#token=\S+)", log_path.read_text())
+            if printed:
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                    break
+                except OSError:
+                    pass
+            assert server.poll() is None, log_path.read_text()
+            assert time.monotonic() < deadline, "the dashboard did not start"
+            time.sleep(0.05)
+        yield printed.group(1), db
     finally:
         server.terminate()
         server.wait(timeout=20)
@@ -114,13 +129,21 @@ def _shot(driver: webdriver.Chrome, tmp_path: Path, name: str) -> None:
         shutil.copy(path, Path(target) / f"{tmp_path.name}-{name}.png")
 
 
+def _queue_row(driver: webdriver.Chrome, name: str) -> WebElement | None:
+    for row in driver.find_elements(By.CSS_SELECTOR, "#queues tr[data-queue]"):
+        if row.get_attribute("data-queue") == name:
+            return row
+    return None
+
+
 def test_counts_match_and_a_dlq_retry_moves_the_job_back(
     dashboard: tuple[str, Path], browser: webdriver.Chrome, tmp_path: Path
 ) -> None:
     url, db = dashboard
     wait = WebDriverWait(browser, 20)
     browser.get(url)
-    row = wait.until(lambda d: d.find_element(By.CSS_SELECTOR, "#queues tr[data-queue=emails]"))
+    row = wait.until(lambda d: _queue_row(d, "emails"))
+    assert "#token" not in browser.current_url  # the page took it out of the address bar
     cells = [td.text for td in row.find_elements(By.TAG_NAME, "td")]
     pending, dead = _counts(db)
     assert (cells[0], int(cells[1]), int(cells[5])) == ("emails", pending, dead)
@@ -128,8 +151,6 @@ def test_counts_match_and_a_dlq_retry_moves_the_job_back(
     _shot(browser, tmp_path, "overview")
     row.find_element(By.TAG_NAME, "a").click()
     wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#dlq tr[data-job]"))
-    token = browser.find_element(By.ID, "token")
-    token.send_keys(TOKEN, Keys.TAB)  # kept for the page's requests
     _shot(browser, tmp_path, "queue")
     browser.find_element(By.CSS_SELECTOR, "#dlq button.retry").click()
     wait.until(lambda d: not d.find_elements(By.CSS_SELECTOR, "#dlq tr[data-job]"))
@@ -137,3 +158,45 @@ def test_counts_match_and_a_dlq_retry_moves_the_job_back(
                "updated" in d.find_element(By.ID, "status").text)  # fmt: skip
     assert _counts(db) == (4, 0)  # the dead job is pending again
     _shot(browser, tmp_path, "retried")
+
+
+def test_a_queue_named_with_slash_percent_and_space_is_opened_and_purged_alone(
+    dashboard: tuple[str, Path], browser: webdriver.Chrome, tmp_path: Path
+) -> None:
+    url, db = dashboard
+    wait = WebDriverWait(browser, 20)
+    browser.get(url)
+    for name in [ODD, *NEIGHBOURS]:
+        row = wait.until(lambda d, name=name: _queue_row(d, name))
+        assert row.find_element(By.TAG_NAME, "a").text == name
+    row = _queue_row(browser, ODD)
+    assert row is not None
+    row.find_element(By.TAG_NAME, "a").click()
+    wait.until(lambda d: d.find_element(By.ID, "queue-title").text == f"Queue {ODD}")
+    wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#dlq tr[data-job]")) == 1)
+    jobs = browser.find_elements(By.CSS_SELECTOR, "#jobs tbody tr")
+    assert len(jobs) == 1  # its own job, not a neighbour's
+    _shot(browser, tmp_path, "odd-queue")
+    browser.find_element(By.ID, "purge-dlq").click()
+    alert = wait.until(lambda d: d.switch_to.alert)
+    assert ODD in alert.text
+    alert.accept()
+    wait.until(lambda d: not d.find_elements(By.CSS_SELECTOR, "#dlq tr[data-job]"))
+    assert _counts(db, ODD) == (0, 0)
+    for name in NEIGHBOURS:
+        assert _counts(db, name) == (0, 1), name  # every other queue keeps its dead letter
+    _shot(browser, tmp_path, "odd-queue-purged")
+
+
+def test_without_the_token_the_page_asks_for_it(
+    dashboard: tuple[str, Path], browser: webdriver.Chrome, tmp_path: Path
+) -> None:
+    url, _ = dashboard
+    bare, token = url.split("#token=")
+    wait = WebDriverWait(browser, 20)
+    browser.get(bare)
+    wait.until(lambda d: "needs its token" in d.find_element(By.ID, "status").text)
+    assert not browser.find_elements(By.CSS_SELECTOR, "#queues tr[data-queue]")
+    _shot(browser, tmp_path, "no-token")
+    browser.find_element(By.ID, "token").send_keys(token, Keys.TAB)
+    wait.until(lambda d: _queue_row(d, "emails"))

@@ -13,6 +13,7 @@ from ._batches import Batch, PendingBatch
 from ._consumer import Consumer, ConsumerStats
 from ._context import JobContext
 from ._cron import Cron
+from ._dashboard import dashboard_app
 from ._events import EVENT_NAMES, EventSubscription, QueueEvent, listens_to
 from ._health import HealthAlert, HealthReport, HealthThresholds, QueueHealth, health_app
 from ._metrics import MinuteMetrics, QueueMetrics, RecentError
@@ -109,6 +110,7 @@ __all__ = [
     "WebhookChannel",
     "WorkerInfo",
     "__version__",
+    "dashboard_app",
     "health_app",
     "hookimpl",
     "listens_to",

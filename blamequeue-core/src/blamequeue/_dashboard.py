@@ -1,32 +1,58 @@
 """The web dashboard: a plain ASGI app (no framework, no build step, no external assets) over
-the inspection API, served by ``blamequeue dashboard`` or mounted in a Starlette / FastAPI app.
+the inspection API, served by ``blamequeue dashboard`` or mounted in a Starlette / FastAPI app
+(``blamequeue.dashboard_app(queue, ...)``).
 
-Read-only unless a token is configured.  Write actions (DLQ retry, retry-all, purge) need
-``Authorization: Bearer <token>`` (compared in constant time) **and** the header
-``X-Blamequeue-Action: 1``, which a browser cannot add to a cross-site form or image request
-without a CORS preflight this app never grants (the CSRF guard); a request whose ``Origin``
-names another host is refused too.  Payloads are shown only when the app was built with
-``allow_payloads=True`` *and* the request carries the token.
+What guards it, in the order a request meets it:
+
+- **Host.** Only a request whose ``Host`` header names a loopback host (``localhost``,
+  ``127.0.0.0/8``, ``::1``) or one of ``allowed_hosts`` is answered; any other, or none, gets
+  421.  A web page that points its own name at this machine (DNS rebinding) sends its own name
+  as ``Host``, so it is refused before anything is read.
+- **Token.** Every API request, reads included, needs ``Authorization: Bearer <token>``
+  (compared in constant time), else 401.  ``read_only_open=True`` lets requests that come from
+  loopback to a loopback ``Host`` read without it; writes still need it.  The page itself (one
+  static HTML file) is served without it: the page takes the token from its URL fragment, which
+  browsers never send to a server, keeps it in ``sessionStorage`` and sends it as the header.
+- **Writes** (DLQ retry, retry-all, purge) also need the header ``X-Blamequeue-Action: 1``,
+  which a browser cannot add to a cross-site form or image request without a CORS preflight
+  this app never grants (the CSRF guard); a request whose ``Origin`` names another host is
+  refused too.  A queue-wide action names its queue twice, in the path and in the body
+  (``{"queue": NAME}``), and does nothing unless both agree.
+- **What is shown.** Errors as their first line (exception type and message), URL passwords
+  masked; the full text only with ``?full=1`` and the token.  ``with_context`` values never
+  (their keys only).  Payloads only when the app was built with ``allow_payloads=True`` *and*
+  the request carries the token.
+
+Paths are split on ``/`` as the client sent them (the ASGI ``raw_path``) and each segment is
+percent-decoded once, so a queue name may hold any character (``/``, ``%``, spaces, ``?``,
+``#``, any Unicode) as long as the client encodes it as one segment, as the page does with
+``encodeURIComponent``.
 """
 
 from __future__ import annotations
 
 import hmac
+import ipaddress
 import json
-from collections.abc import Awaitable, Callable, MutableMapping
+import logging
+import re
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from importlib import resources
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qs, unquote
+from urllib.parse import parse_qs, quote, unquote_to_bytes
 
 import anyio.to_thread
 import attrs
 
-from .errors import QueueError
+from .errors import ConfigError, QueueError
 
 if TYPE_CHECKING:
+    from ._models import Job, JobInfo
     from ._queue import Queue
 
-__all__ = ["create_dashboard"]
+__all__ = ["dashboard_app", "host_name", "is_loopback_host"]
+
+log = logging.getLogger("blamequeue.dashboard")
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -42,17 +68,111 @@ _STATUS_OF = {
     "queue/backend-unavailable": 503,
 }
 
-
 _CSP = (
     b"default-src 'self'; script-src 'unsafe-inline' 'self'; "
     b"style-src 'unsafe-inline' 'self'; connect-src 'self'; img-src 'self' data:"
 )
+
+_MAX_BODY = 64 * 1024
+_MAX_ERROR_LINE = 500
+
+# ``scheme://user:password@``: what of a URL must never be shown.
+_CREDENTIALS = re.compile(r"(?<=://)[^/?#@\s]*@")
+# A DNS name or IPv4 address as a Host header may hold it (IPv6 comes in brackets).
+_NAME = re.compile(r"[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*")
 
 
 class _HTTPError(Exception):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
         self.status = status
+
+
+def host_name(value: str) -> str | None:
+    """The host a ``Host`` header (or an ``--allowed-host`` value) names, normalised: lower
+    case, no port, no trailing dot, IPv6 without brackets and compressed.  ``None`` when it is
+    not a host name, an IPv4 or a bracketed IPv6 address with an optional numeric port."""
+    value = value.strip().lower()
+    if value.startswith("["):
+        end = value.find("]")
+        host, rest = value[1:end], value[end + 1 :]
+        try:
+            host = ipaddress.IPv6Address(host).compressed if end > 0 else ""
+        except ValueError:
+            return None
+    else:
+        host, colon, port = value.partition(":")
+        rest = colon + port
+    if rest and not (rest[:1] == ":" and rest[1:].isascii() and rest[1:].isdigit()):
+        return None
+    if ":" not in host:  # not IPv6
+        host = host.removesuffix(".")
+        if not host.isascii() or not _NAME.fullmatch(host):
+            return None
+    return host
+
+
+def is_loopback_host(host: str) -> bool:
+    """``localhost`` or a loopback address (``127.0.0.0/8``, ``::1``), as :func:`host_name`
+    returns it."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _check_token(token: Any) -> str | None:
+    if token is None:
+        return None
+    if not isinstance(token, str) or len(token) < 16:
+        raise ConfigError(
+            "queue/invalid-config",
+            "the dashboard token must be at least 16 characters (it guards reads and actions); "
+            "e.g. python -c 'import secrets; print(secrets.token_urlsafe(32))'",
+        )
+    if not all("!" <= c <= "~" for c in token):
+        raise ConfigError(
+            "queue/invalid-config",
+            "the dashboard token must be printable ASCII without spaces (browsers send it in "
+            "a header); e.g. python -c 'import secrets; print(secrets.token_urlsafe(32))'",
+        )
+    return token
+
+
+def _check_allowed_hosts(allowed_hosts: Any) -> frozenset[str]:
+    if isinstance(allowed_hosts, str | bytes) or not isinstance(allowed_hosts, Iterable):
+        raise ConfigError(
+            "queue/invalid-config",
+            f"allowed_hosts must be a list of host names, got {allowed_hosts!r}",
+        )
+    names = set()
+    for value in allowed_hosts:
+        name = host_name(value) if isinstance(value, str) else None
+        if name is None:
+            raise ConfigError(
+                "queue/invalid-config",
+                f"an allowed host must be a host name or address such as dash.example.com, "
+                f"10.0.0.5 or [fd00::5] (an optional :port is ignored), got {value!r}",
+            )
+        names.add(name)
+    return frozenset(names)
+
+
+def _one_line(text: Any) -> str | None:
+    """The first non-blank line of an error text (its exception type and message), cut at
+    500 characters, URL passwords masked: what the dashboard shows of an error."""
+    if text is None:
+        return None
+    for line in str(text).splitlines():
+        if line.strip():
+            return _masked(line.strip()[:_MAX_ERROR_LINE])
+    return ""
+
+
+def _masked(text: str) -> str:
+    return _CREDENTIALS.sub("***@", text)
 
 
 def _jsonable(value: Any) -> Any:
@@ -67,34 +187,101 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def create_dashboard(
+def _shown_job(job: Job, *, payload: bool, full_error: bool) -> dict[str, Any]:
+    """A job as the dashboard shows it: no payload unless ``payload``, the first line of its
+    last error unless ``full_error``, and the keys of its context, never the values."""
+    document: dict[str, Any] = _jsonable(attrs.evolve(job, context={}))
+    document.pop("context", None)
+    document["context_keys"] = sorted(str(key) for key in job.context)
+    if not payload:
+        document["payload"] = None
+    error = job.last_error
+    document["last_error"] = _masked(error) if full_error and error else _one_line(error)
+    return document
+
+
+def _shown_info(info: JobInfo, *, payload: bool, full_error: bool) -> dict[str, Any]:
+    """A :class:`JobInfo` as the dashboard shows it (see :func:`_shown_job`)."""
+    document: dict[str, Any] = _jsonable(attrs.evolve(info, job=attrs.evolve(info.job, context={})))
+    document["job"] = _shown_job(info.job, payload=payload, full_error=full_error)
+    document["payload_error"] = _one_line(info.payload_error)
+    return document
+
+
+def _segments(scope: Scope) -> list[str]:
+    """The request path's segments after the app's mount point, each percent-decoded exactly
+    once, from the bytes the client sent (``raw_path``): ``/api/queues/a%2Fb/jobs`` is
+    ``["api", "queues", "a/b", "jobs"]``.  A server that gives no ``raw_path`` leaves only the
+    decoded ``path``, where an encoded ``/`` can no longer be told apart."""
+    raw = scope.get("raw_path")
+    if not raw:
+        raw = quote(scope.get("path", "/"), safe="/").encode("ascii")
+    try:
+        segments = [unquote_to_bytes(part).decode("utf-8") for part in bytes(raw).split(b"/")]
+    except UnicodeDecodeError:
+        raise _HTTPError(400, "the path is not UTF-8 once percent-decoded") from None
+    root = str(scope.get("root_path") or "").rstrip("/").split("/")
+    if segments[: len(root)] == root:
+        return segments[len(root) :]
+    return segments[1:]
+
+
+def dashboard_app(
     queue: Queue,
     *,
     token: str | None = None,
     allow_payloads: bool = False,
     backend: str | None = None,
     audit_file: str | None = None,
+    allowed_hosts: Iterable[str] = (),
+    read_only_open: bool = False,
 ) -> App:
     """An ASGI app showing ``queue``'s backend (``backend``, default the queue's default):
-    queues with counts and throughput, jobs, DLQ (with actions when ``token`` is set),
-    flows, batches, schedules and workers.  ``audit_file``: a :class:`~blamequeue.
-    JsonlAuditSink` file whose events of a job join its timeline.  The queue must be started
-    by its owner."""
-    if token is not None and (not isinstance(token, str) or len(token) < 16):
-        raise QueueError(
+    queues with counts and throughput, jobs, DLQ (with actions), flows, batches, schedules and
+    workers.  The queue must be started by its owner.
+
+    ``token`` (16+ printable ASCII characters) guards every read and action; without one,
+    ``read_only_open=True`` is required, and the dashboard is then read-only.  ``allowed_hosts``:
+    host names besides the loopback ones that requests may name in ``Host`` (the name a proxy
+    or the browser uses to reach it).  ``read_only_open``: requests from loopback to a loopback
+    ``Host`` read without the token.  ``allow_payloads``: token holders see payloads.
+    ``audit_file``: a :class:`~blamequeue.JsonlAuditSink` file whose events of a job join its
+    timeline.  Bad settings raise ``queue/invalid-config``."""
+    token = _check_token(token)
+    allowed = _check_allowed_hosts(allowed_hosts)
+    if token is None and not read_only_open:
+        raise ConfigError(
             "queue/invalid-config",
-            "the dashboard token must be at least 16 characters (it guards write actions); "
-            "e.g. python -c 'import secrets; print(secrets.token_urlsafe(32))'",
+            "the dashboard needs a token: reading needs it as acting does (set "
+            "BLAMEQUEUE_DASHBOARD_TOKEN, or pass token=...); or pass read_only_open=True "
+            "(--read-only-open) to let loopback clients read without one",
         )
     page = resources.files("blamequeue").joinpath("dashboard.html").read_bytes()
 
     def authorised(headers: dict[str, str]) -> bool:
         given = headers.get("authorization", "")
-        return (
-            token is not None
-            and given.startswith("Bearer ")
-            and hmac.compare_digest(given[7:].encode(), token.encode())
-        )
+        if token is None or not given.startswith("Bearer "):
+            return False
+        return hmac.compare_digest(given[7:].encode("latin-1"), token.encode("ascii"))
+
+    def may_read(headers: dict[str, str], host: str, scope: Scope) -> bool:
+        if authorised(headers):
+            return True
+        if not read_only_open or not is_loopback_host(host):
+            return False
+        client = scope.get("client")
+        return client is None or is_loopback_host(host_name(str(client[0])) or "")
+
+    def check_write(headers: dict[str, str]) -> None:
+        if token is None:
+            raise _HTTPError(403, "the dashboard is read-only: set BLAMEQUEUE_DASHBOARD_TOKEN")
+        if not authorised(headers):
+            raise _HTTPError(401, "a valid token is needed for this action")
+        if headers.get("x-blamequeue-action") != "1":
+            raise _HTTPError(403, "missing X-Blamequeue-Action header (CSRF guard)")
+        origin, host = headers.get("origin"), headers.get("host")
+        if origin is not None and origin.split("://", 1)[-1] != host:
+            raise _HTTPError(403, "cross-origin write refused")
 
     async def overview() -> Any:
         counts = await queue.queues(backend=backend)
@@ -118,14 +305,15 @@ def create_dashboard(
             "writable": token is not None,
         }
 
-    async def job_detail(job_id: str, headers: dict[str, str]) -> Any:
+    async def job_detail(job_id: str, headers: dict[str, str], full: bool) -> Any:
         info = await queue.job_info(job_id, backend=backend)
         if info is None:
             raise _HTTPError(404, f"no job {job_id!r}")
-        document = _jsonable(info)
-        shown = allow_payloads and authorised(headers)
-        if not shown:
-            document["job"]["payload"] = None
+        holder = authorised(headers)
+        if full and not holder:
+            raise _HTTPError(401, "the full error text needs the token")
+        shown = allow_payloads and holder
+        document = _shown_info(info, payload=shown, full_error=full)
         document["payload_shown"] = shown
         document["timeline"] = [
             {"at": document["job"]["created_at"], "what": "enqueued"},
@@ -136,73 +324,93 @@ def create_dashboard(
         document["timeline"].sort(key=lambda entry: entry["at"])
         return document
 
-    async def route(method: str, path: str, query: dict[str, str], headers: dict[str, str]) -> Any:
-        parts = [unquote(p) for p in path.strip("/").split("/")][1:]  # after "api"
+    async def get(parts: list[str], query: dict[str, str], headers: dict[str, str]) -> Any:
+        match parts:
+            case ["overview"]:
+                return await overview()
+            case ["queues", name, "jobs"]:
+                page_ = await queue.list_jobs(
+                    name,
+                    state=query.get("state") or None,
+                    limit=int(query.get("limit", "50")),
+                    cursor=query.get("cursor") or None,
+                    backend=backend,
+                )
+                jobs = [_shown_info(info, payload=False, full_error=False) for info in page_.jobs]
+                return {"jobs": jobs, "next_cursor": page_.next_cursor}
+            case ["queues", name, "dlq"]:
+                letters = []
+                for letter in await queue.dlq_list(name, limit=200, backend=backend):
+                    entry = _jsonable(letter)
+                    entry["payload"] = None
+                    entry["last_error"] = _one_line(letter.last_error)
+                    letters.append(entry)
+                return {"queue": name, "dead": letters}
+            case ["jobs", job_id]:
+                return await job_detail(job_id, headers, query.get("full") == "1")
+            case ["flows", flow_id]:
+                status = await queue.flow_status(flow_id, backend=backend)
+                nodes = []
+                for child in status.children:
+                    info = await queue.job_info(child.job_id, backend=backend)
+                    deps = [] if info is None else list(info.depends_on)
+                    nodes.append({**_jsonable(child), "depends_on": deps})
+                return {"flow_id": flow_id, "children": nodes}
+            case ["batches"]:
+                batches = await queue.batches(backend=backend)
+                return {
+                    "batches": [
+                        {**_jsonable(b), "progress": b.progress, "finished": b.finished}
+                        for b in batches
+                    ]
+                }
+            case ["schedules"]:
+                return {"schedules": _jsonable(await queue.schedules())}
+        raise _HTTPError(404, "no such page of the API")
+
+    async def post(parts: list[str], body: Any) -> Any:
+        match parts:
+            case ["jobs", job_id, "retry"]:
+                return {"retried": await queue.dlq_retry(job_id, backend=backend)}
+            case ["queues", name, "dlq", "retry-all"]:
+                confirm(name, body, "retry-all")
+                retried = 0
+                for letter in await queue.dlq_list(name, backend=backend):
+                    retried += await queue.dlq_retry(letter.job_id, backend=backend)
+                return {"queue": name, "retried": retried}
+            case ["queues", name, "dlq", "purge"]:
+                confirm(name, body, "purge")
+                return {"queue": name, "purged": await queue.dlq_purge(name, backend=backend)}
+        raise _HTTPError(404, "no such action")
+
+    def confirm(name: str, body: Any, action: str) -> None:
+        """A queue-wide action acts only when its body names the queue its path names."""
+        named = body.get("queue") if isinstance(body, dict) else None
+        if named != name:
+            raise _HTTPError(
+                400,
+                f"a {action} must name its queue in its body as in its path "
+                f'({{"queue": {json.dumps(name)}}}); nothing was done',
+            )
+
+    async def api(
+        scope: Scope, receive: Receive, parts: list[str], headers: dict[str, str], host: str
+    ) -> Any:
+        query = {
+            k: v[-1]
+            for k, v in parse_qs(
+                bytes(scope.get("query_string", b"")).decode("latin-1"), keep_blank_values=True
+            ).items()
+        }
+        method = scope["method"]
         if method == "GET":
-            match parts:
-                case ["overview"]:
-                    return await overview()
-                case ["queues", name, "jobs"]:
-                    page_ = await queue.list_jobs(
-                        name,
-                        state=query.get("state") or None,
-                        limit=int(query.get("limit", "50")),
-                        cursor=query.get("cursor") or None,
-                        backend=backend,
-                    )
-                    jobs = _jsonable(page_.jobs)
-                    for job in jobs:
-                        job["job"]["payload"] = None
-                    return {"jobs": jobs, "next_cursor": page_.next_cursor}
-                case ["queues", name, "dlq"]:
-                    letters = _jsonable(await queue.dlq_list(name, limit=200, backend=backend))
-                    for letter in letters:
-                        letter["payload"] = None
-                    return {"dead": letters}
-                case ["jobs", job_id]:
-                    return await job_detail(job_id, headers)
-                case ["flows", flow_id]:
-                    status = await queue.flow_status(flow_id, backend=backend)
-                    nodes = []
-                    for child in status.children:
-                        info = await queue.job_info(child.job_id, backend=backend)
-                        deps = [] if info is None else list(info.depends_on)
-                        nodes.append({**_jsonable(child), "depends_on": deps})
-                    return {"flow_id": flow_id, "children": nodes}
-                case ["batches"]:
-                    batches = await queue.batches(backend=backend)
-                    return {
-                        "batches": [
-                            {**_jsonable(b), "progress": b.progress, "finished": b.finished}
-                            for b in batches
-                        ]
-                    }
-                case ["schedules"]:
-                    return {"schedules": _jsonable(await queue.schedules())}
+            if not may_read(headers, host, scope):
+                raise _HTTPError(401, "the dashboard needs its token (Authorization: Bearer)")
+            return await get(parts, query, headers)
         if method == "POST":
             check_write(headers)
-            match parts:
-                case ["jobs", job_id, "retry"]:
-                    return {"retried": await queue.dlq_retry(job_id, backend=backend)}
-                case ["queues", name, "dlq", "retry-all"]:
-                    retried = 0
-                    for letter in await queue.dlq_list(name, backend=backend):
-                        retried += await queue.dlq_retry(letter.job_id, backend=backend)
-                    return {"retried": retried}
-                case ["queues", name, "dlq", "purge"]:
-                    return {"purged": await queue.dlq_purge(name, backend=backend)}
-        raise _HTTPError(404 if method in ("GET", "POST") else 405, f"no route {method} {path}")
-
-    def check_write(headers: dict[str, str]) -> None:
-        if token is None:
-            raise _HTTPError(403, "the dashboard is read-only: set BLAMEQUEUE_DASHBOARD_TOKEN")
-        if not authorised(headers):
-            raise _HTTPError(403, "a valid token is needed for this action")
-        if headers.get("x-blamequeue-action") != "1":
-            raise _HTTPError(403, "missing X-Blamequeue-Action header (CSRF guard)")
-        origin, host = headers.get("origin"), headers.get("host")
-        if origin is not None and origin.split("://", 1)[-1] != host:
-            raise _HTTPError(403, "cross-origin write refused")
+            return await post(parts, await _json_body(receive))
+        raise _HTTPError(405, f"{method} is not served here")
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -215,28 +423,76 @@ def create_dashboard(
                     return
         if scope["type"] != "http":
             return
-        method, path = scope["method"], scope["path"]
-        headers = {k.decode().lower(): v.decode() for k, v in scope.get("headers", [])}
-        query = {k: v[0] for k, v in parse_qs(scope.get("query_string", b"").decode()).items()}
-        if method == "GET" and path in ("", "/"):
-            await _send(send, 200, page, "text/html; charset=utf-8")
-            return
-        if not path.startswith("/api/"):
-            await _send(send, 404, b'{"error":"not found"}', "application/json")
+        headers: dict[str, str] = {}
+        hosts = 0
+        for key, value in scope.get("headers", []):
+            name = bytes(key).decode("latin-1").lower()
+            hosts += name == "host"
+            headers[name] = bytes(value).decode("latin-1")
+        host = host_name(headers["host"]) if hosts == 1 else None
+        if host is None or not (is_loopback_host(host) or host in allowed):
+            await _send(
+                send,
+                421,
+                b"This dashboard does not answer for this Host (DNS rebinding guard). "
+                b"Reach it by a loopback name, or start it with --allowed-host NAME.\n",
+                "text/plain; charset=utf-8",
+            )
             return
         try:
-            body = await route(method, path, query, headers)
+            parts = _segments(scope)
+            if parts in ([], [""]) and scope["method"] in ("GET", "HEAD"):
+                if not parts:  # the mount point without its slash: relative links need it
+                    location = quote(str(scope.get("root_path") or "")) + "/"
+                    await _send(send, 308, b"", "text/plain", [(b"location", location.encode())])
+                    return
+                await _send(send, 200, page, "text/html; charset=utf-8")
+                return
+            if parts[:1] != ["api"]:
+                raise _HTTPError(404, "not found")
+            body = await api(scope, receive, parts[1:], headers, host)
             status = 200
         except _HTTPError as exc:
             status, body = exc.status, {"error": str(exc)}
         except QueueError as exc:
             status = _STATUS_OF.get(exc.code, 400)
-            body = {"error": exc.message, "code": exc.code}
+            body = {"error": _one_line(exc.message), "code": exc.code}
         except ValueError as exc:
-            status, body = 400, {"error": str(exc)}
-        await _send(send, status, json.dumps(body).encode(), "application/json")
+            status, body = 400, {"error": _one_line(str(exc))}
+        except Exception as exc:
+            # The operator's log keeps the traceback; the page gets one line.
+            log.exception("dashboard request failed")
+            status = 500
+            body = {"error": f"internal error ({type(exc).__name__}): see the dashboard's log"}
+        extra = [(b"www-authenticate", b'Bearer realm="blamequeue"')] if status == 401 else []
+        encoded = json.dumps(body, default=str).encode()
+        await _send(send, status, encoded, "application/json", extra)
 
     return app
+
+
+async def _json_body(receive: Receive) -> Any:
+    """The request body parsed as JSON (``None`` when empty); 413 past 64 KiB."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            break
+        chunk = bytes(message.get("body", b""))
+        size += len(chunk)
+        if size > _MAX_BODY:
+            raise _HTTPError(413, "the request body is larger than 64 KiB")
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            break
+    raw = b"".join(chunks)
+    if not raw.strip():
+        return None
+    try:
+        return json.loads(raw)
+    except ValueError:
+        raise _HTTPError(400, "the request body is not JSON") from None
 
 
 def _audit_of(path: str, job_id: str) -> list[dict[str, Any]]:
@@ -258,14 +514,22 @@ def _audit_of(path: str, job_id: str) -> list[dict[str, Any]]:
     return out
 
 
-async def _send(send: Send, status: int, body: bytes, content_type: str) -> None:
+async def _send(
+    send: Send,
+    status: int,
+    body: bytes,
+    content_type: str,
+    extra: list[tuple[bytes, bytes]] | None = None,
+) -> None:
     headers = [
         (b"content-type", content_type.encode()),
         (b"content-length", str(len(body)).encode()),
         (b"cache-control", b"no-store"),
         (b"x-content-type-options", b"nosniff"),
         (b"x-frame-options", b"DENY"),
+        (b"referrer-policy", b"no-referrer"),
         (b"content-security-policy", _CSP),
+        *(extra or []),
     ]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})

@@ -1,16 +1,21 @@
 """The ``dashboard`` command: serve the web dashboard (:mod:`blamequeue._dashboard`) for the
-configured backend with hypercorn, on asyncio or trio, on loopback unless told otherwise."""
+configured backend with hypercorn, on asyncio or trio, on loopback unless told otherwise.
+
+Every request needs the token (``BLAMEQUEUE_DASHBOARD_TOKEN``, or one made up for this run and
+printed in the address's fragment, which the browser keeps to itself) unless
+``--read-only-open`` lets loopback clients read without it."""
 
 from __future__ import annotations
 
 import argparse
 import ipaddress
 import os
+import secrets
 from typing import TYPE_CHECKING, TypeAlias
 
 import anyio
 
-from blamequeue._dashboard import create_dashboard
+from blamequeue._dashboard import dashboard_app, host_name, is_loopback_host
 
 from ._config import CONFIG_HELP, add_queue_options, build_queue
 from ._running import EXIT_OK, LOOPS, UsageError, run_on_loop, say
@@ -26,15 +31,19 @@ def add_parser(subparsers: Subparsers) -> None:
         "dashboard",
         help="serve the web dashboard (queues, jobs, DLQ, flows, batches, workers)",
         description=(
-            "Serve the web dashboard on http://HOST:PORT.  Read-only unless\n"
-            "BLAMEQUEUE_DASHBOARD_TOKEN is set: then DLQ retry / retry-all / purge work for\n"
-            "whoever enters the token in the page.  Payloads are shown only with\n"
+            "Serve the web dashboard on http://HOST:PORT.  Reading and acting (DLQ retry /\n"
+            "retry-all / purge) need the token: BLAMEQUEUE_DASHBOARD_TOKEN, or else one made\n"
+            "up for this run and printed in the address to open (after '#', which the browser\n"
+            "never sends to the server).  Only requests whose Host is a loopback name or one\n"
+            "given with --allowed-host are answered.  Payloads are shown only with\n"
             "--show-payloads and the token.  Needs hypercorn (pip install 'blamequeue[dashboard]')."
         ),
         epilog=(
             "examples:\n"
             "  blamequeue dashboard\n"
+            "  blamequeue dashboard --read-only-open\n"
             "  BLAMEQUEUE_DASHBOARD_TOKEN=... blamequeue dashboard --port 9000 --show-payloads\n"
+            "  blamequeue dashboard --host 0.0.0.0 --allowed-host queues.internal.example\n"
             f"\n{CONFIG_HELP}"
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -43,6 +52,20 @@ def add_parser(subparsers: Subparsers) -> None:
     parser.add_argument("--port", type=int, default=8765, help="port (default: 8765)")
     parser.add_argument(
         "--show-payloads", action="store_true", help="show payloads to token holders"
+    )
+    parser.add_argument(
+        "--allowed-host",
+        metavar="NAME",
+        action="append",
+        default=[],
+        help="a host name requests may use besides loopback ones (repeatable), e.g. the "
+        "name a proxy or your browser reaches this machine by",
+    )
+    parser.add_argument(
+        "--read-only-open",
+        action="store_true",
+        help="let loopback clients read without the token (actions still need it); "
+        "only with a loopback --host",
     )
     parser.add_argument(
         "--audit-file",
@@ -56,13 +79,15 @@ def add_parser(subparsers: Subparsers) -> None:
     parser.set_defaults(run=_run)
 
 
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
+def _bind_host(value: str) -> str | None:
     try:
-        return ipaddress.ip_address(host).is_loopback
+        return ipaddress.ip_address(value).compressed
     except ValueError:
-        return False
+        return host_name(value) if ":" not in value else None
+
+
+def _url(host: str, port: int) -> str:
+    return f"http://[{host}]:{port}/" if ":" in host else f"http://{host}:{port}/"
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -72,23 +97,52 @@ def _run(args: argparse.Namespace) -> int:
         raise UsageError(
             "the dashboard is served by hypercorn: pip install 'blamequeue[dashboard]'"
         ) from None
-    token = os.environ.get("BLAMEQUEUE_DASHBOARD_TOKEN") or None
+    bind = _bind_host(args.host)
+    if bind is None:
+        raise UsageError(
+            f"--host {args.host!r} is not an address or host name to bind (give an IPv6 "
+            f"address without brackets, e.g. --host ::1)"
+        )
+    loopback = is_loopback_host(bind)
+    if args.read_only_open and not loopback:
+        raise UsageError(
+            f"--read-only-open lets anyone who can reach the port read your queues without "
+            f"the token, so it is refused with --host {args.host} (not loopback): bind to "
+            f"127.0.0.1, ::1 or localhost, or drop --read-only-open and use the token"
+        )
+    from_env = os.environ.get("BLAMEQUEUE_DASHBOARD_TOKEN") or None
+    token = from_env or secrets.token_urlsafe(32)
     queue = build_queue(args)
-    app = create_dashboard(
+    app = dashboard_app(
         queue,
         token=token,
         allow_payloads=args.show_payloads,
         backend=args.backend,
         audit_file=args.audit_file,
+        allowed_hosts=args.allowed_host,
+        read_only_open=args.read_only_open,
     )
-    if not _is_loopback(args.host):
+    if not loopback:
         say(
             f"blamequeue dashboard: WARNING: listening on {args.host}, not loopback: anyone "
-            f"who can reach it sees your queues; put it behind authentication"
+            f"who can reach it and holds the token sees your queues; serve it over TLS "
+            f"(behind a proxy). Requests are answered only for loopback names and "
+            f"{', '.join(args.allowed_host) or '(no --allowed-host given)'}"
         )
     config = Config()
-    config.bind = [f"{args.host}:{args.port}"]
+    config.bind = [f"[{args.host}]:{args.port}" if ":" in args.host else f"{args.host}:{args.port}"]
     config.accesslog = None
+    url = _url(args.host, args.port)
+    if from_env:
+        # The operator has it; a token never goes to the terminal (or a log that keeps it).
+        opening = f"{url} (open {url}#token=<BLAMEQUEUE_DASHBOARD_TOKEN> or type it in the page)"
+    else:
+        opening = f"{url}#token={token} (a token made up for this run)"
+    mode = (
+        "reads open on loopback, actions need the token"
+        if args.read_only_open
+        else ("the token is needed to read and to act")
+    )
 
     async def serve() -> int:
         if args.loop == "trio":
@@ -96,8 +150,7 @@ def _run(args: argparse.Namespace) -> int:
         else:
             from hypercorn.asyncio import serve as serve_app  # type: ignore[assignment]
         async with queue:
-            mode = "read-write (token set)" if token else "read-only"
-            say(f"blamequeue dashboard on http://{args.host}:{args.port}/ ({mode}); Ctrl-C stops")
+            say(f"blamequeue dashboard on {opening}; {mode}; Ctrl-C stops")
             stop = anyio.Event()
 
             async def on_signal() -> None:
