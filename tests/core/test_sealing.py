@@ -625,7 +625,8 @@ def test_a_value_opens_only_in_the_place_it_was_sealed_for() -> None:
         assert SECRET not in info.value.message
     error = codec.decode_error(codec.encode_error(SECRET, W), elsewhere[0])
     assert error is not None
-    assert error.startswith("queue/unseal-failed") and SECRET not in error
+    assert error.startswith("queue/unseal-failed")
+    assert SECRET not in error
 
 
 def test_places_cannot_be_confused_by_where_a_name_ends() -> None:
@@ -642,7 +643,8 @@ def test_a_value_sealed_before_binding_is_refused_unless_accept_unbound() -> Non
     assert "accept_unbound" in info.value.message
     assert SealedCodec(box, accept_unbound=True).decode_payload(old, W) == {"from": "before"}
     config = parse_seal_config({"keys": {"k1": K1}, "accept_unbound": True}, "seal")
-    assert config is not False and config.accept_unbound
+    assert config is not False
+    assert config.accept_unbound
 
 
 def test_a_value_sealed_with_a_key_not_held_raises_seal_key_missing() -> None:
@@ -687,4 +689,5 @@ async def test_with_context_values_are_sealed_for_their_job() -> None:
         assert (result.succeeded, result.moved_to_dlq, seen) == (1, 1, [{"user": SECRET}])
         [dead] = await queue.dlq_list("q")
         assert dead.job_id == second
-        assert dead.last_error is not None and "tampered" in dead.last_error
+        assert dead.last_error is not None
+        assert "tampered" in dead.last_error

@@ -673,3 +673,36 @@ async def test_partly_refused_batch_names_what_was_stored(sqs_queues: SqsQueues)
         assert "refused 1 of 5 job(s)" in info.value.message
         assert "the others were stored" in info.value.message
         assert await q.size("emails") == 4
+
+
+# -- someone who can send messages (SPEC §6 "A seal is bound to its place") ---------------
+async def test_a_payload_copied_into_a_forged_message_is_dead_lettered_as_tampered(
+    sqs_queues: SqsQueues,
+) -> None:
+    async with open_queue(sqs_queues.config()) as q:
+        await q.enqueue("emails", {"card": SECRET})
+        [message] = await peek_async(sqs_queues.url)
+        forged = json.loads(message["Body"])
+        forged["id"] = "job-forged-0001"  # the sealed payload of another job, under a new id
+        await anyio.to_thread.run_sync(
+            lambda: client_for(sqs_queues.url).send_message(
+                QueueUrl=sqs_queues.url,
+                MessageBody=json.dumps(forged),
+                MessageAttributes={
+                    "bq-job-id": {"DataType": "String", "StringValue": forged["id"]}
+                },
+            )
+        )
+        seen: list[Any] = []
+
+        async def record(job: Job, ctx: JobContext) -> None:
+            seen.append(job.id)
+
+        result = await q.tick("emails", record)
+        assert (result.succeeded, result.moved_to_dlq) == (1, 1)
+        assert "job-forged-0001" not in seen
+        [dead] = await q.dlq_list("emails")
+        assert dead.job_id == "job-forged-0001"
+        assert dead.last_error is not None
+        assert "tampered" in dead.last_error
+        assert SECRET not in dead.last_error
