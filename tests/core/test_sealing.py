@@ -691,3 +691,10 @@ async def test_with_context_values_are_sealed_for_their_job() -> None:
         assert dead.job_id == second
         assert dead.last_error is not None
         assert "tampered" in dead.last_error
+
+
+def test_a_payloads_place_is_the_place_of_its_parts() -> None:
+    from blamequeue._codec import payload_place
+
+    for flow, meta in ((None, None), ("flow-1", '{"task":"t","é":1}')):
+        assert payload_place("q", "job-1", flow, meta) == place("payload", "q", "job-1", flow, meta)

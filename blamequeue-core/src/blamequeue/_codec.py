@@ -95,8 +95,7 @@ def dumps(value: Any, max_bytes: int | None = None) -> str:
 def place(field: str, *names: str | None) -> bytes:
     """The place a sealed value belongs to: ``field`` and the names that identify its owner
     (queue, job id, record key...), each length-prefixed so no two lists give the same bytes."""
-    parts = (field, *("" if name is None else name for name in names))
-    return "\n".join(f"{len(part)}:{part}" for part in parts).encode("utf-8")
+    return "\n".join([f"{len(name)}:{name}" if name else "0:" for name in (field, *names)]).encode()
 
 
 def job_place(field: str, queue: str, job_id: str) -> bytes:
@@ -109,7 +108,12 @@ def payload_place(queue: str, job_id: str, flow_id: str | None, meta: str | None
     """The place of a job's payload: its queue and id, and the fixed metadata that decides
     what runs (flow membership, and ``meta`` exactly as stored: task name, sealed context,
     batch, timeout), so rewriting any of them in the store makes the payload refuse to open."""
-    return place("payload", queue, job_id, flow_id, meta)
+    # place("payload", queue, job_id, flow_id, meta) spelled out: built for every job
+    flow, rest = flow_id or "", meta or ""
+    return (
+        f"7:payload\n{len(queue)}:{queue}\n{len(job_id)}:{job_id}\n{len(flow)}:{flow}\n"
+        f"{len(rest)}:{rest}"
+    ).encode()
 
 
 class Codec(Protocol):
