@@ -5,8 +5,14 @@ callbacks fire even after the dispatching process is gone:
 
 * ``batch/<id>``: the batch's description (name, queue, callbacks as task name + payload) and
   its counters ``total``, ``pending``, ``processed``, ``failed``;
-* ``batch-failed/<id>:<job id>``: each job that failed for good;
+* ``batch-failed/<id>:<job id>``: each job that failed for good, with its error text;
 * ``batch-flag/<id>:<flag>``: ``cancelled`` and the ``fired:<callback>`` claims.
+
+**Sealed.** What a caller or handler supplied is sealed like a job's payload (SPEC §6): each
+callback's payload (bound to its batch, its callback and the task, queue, tries and timeout it
+dispatches, so a callback rewritten in the store does not run) and each failed job's error text
+(bound to its batch and job).  Names and numbers stay readable: the batch's id, name and queue,
+the callbacks' task and queue names, the counters.
 
 **Write order.** The batch record is written first, then every job in one enqueue (all or
 none); if the enqueue fails the record is deleted, so no batch waits for jobs that do not
@@ -36,7 +42,9 @@ from typing import TYPE_CHECKING, Any, Final
 import attrs
 
 from ._clock import to_datetime
+from ._codec import Codec, dumps, place
 from ._ids import new_job_id
+from ._job_seals import CONTEXT_META_KEY, TASK_META_KEY, meta_text, seal_jobs
 from ._records import RecordStore, decode_value
 from ._runtime import BackendRuntime
 from ._tasks import PendingDispatch, to_wire
@@ -223,7 +231,10 @@ async def create(owner: Queue, spec: PendingBatch) -> Batch:
         "queue": queue_name,
         "allow_failures": spec.failures_allowed,
         "created_at": now,
-        "callbacks": dict(spec.callbacks),
+        "callbacks": {
+            which: _sealed_callback(runtime.codec, batch_id, which, callback)
+            for which, callback in spec.callbacks.items()
+        },
     }
     await store.put(_BATCH, batch_id, description)
     await store.add(_BATCH, batch_id, {"total": len(jobs), "pending": len(jobs)})
@@ -244,6 +255,47 @@ async def create(owner: Queue, spec: PendingBatch) -> Batch:
     found = await find(owner, runtime, batch_id)
     assert found is not None
     return found
+
+
+def _callback_place(batch_id: str, which: str, spec: Mapping[str, Any]) -> bytes:
+    """Where the payload of a batch's ``which`` callback belongs: the batch, the callback, and
+    everything else the callback's record says (task, queue, tries, timeout), so that
+    rewriting any of it in the store makes the payload refuse to open."""
+    rest = {key: value for key, value in spec.items() if key not in ("payload", "payload_text")}
+    return place("batch", batch_id, f"callback:{which}", json.dumps(rest, sort_keys=True))
+
+
+def _sealed_callback(
+    codec: Codec, batch_id: str, which: str, spec: Mapping[str, Any]
+) -> dict[str, Any]:
+    """A callback as the batch record stores it: its payload's JSON text sealed (kept under
+    ``payload_text``: with ``seal=False`` the text is plain JSON)."""
+    rest = {key: value for key, value in spec.items() if key != "payload"}
+    text = codec.seal_text(dumps(spec["payload"]), _callback_place(batch_id, which, rest))
+    return {**rest, "payload_text": text}
+
+
+def _opened_callback(
+    codec: Codec, batch_id: str, which: str, stored: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The callback :func:`_sealed_callback` stored, its payload opened (``queue/unseal-failed``
+    when it was tampered with)."""
+    rest = {key: value for key, value in stored.items() if key not in ("payload", "payload_text")}
+    if "payload_text" in stored:
+        where = _callback_place(batch_id, which, rest)
+        return {**rest, "payload": json.loads(codec.open_text(stored["payload_text"], where))}
+    if not codec.sealed:  # written by an older version, which kept the payload itself
+        return {**rest, "payload": stored.get("payload")}
+    raise QueueError(
+        "queue/unseal-failed",
+        f"the {which} callback of batch {batch_id!r} holds no sealed payload: the record was "
+        f"written without sealing or altered outside blamequeue, so the callback is not run",
+    )
+
+
+def _error_place(batch_id: str, job_id: str) -> bytes:
+    """Where the sealed error text of a batch's failed job belongs."""
+    return place("batch", batch_id, "error", job_id)
 
 
 def _build(
@@ -367,27 +419,27 @@ async def prune(runtime: BackendRuntime, older_than: float) -> int:
 async def _dispatch_callback(
     runtime: BackendRuntime, spec: Mapping[str, Any], batch_id: str
 ) -> None:
-    from ._ids import new_job_id as make_id
-    from ._tasks import CONTEXT_META_KEY, TASK_META_KEY
     from ._timeouts import TIMEOUT_KEY
 
     meta: dict[str, Any] = {TASK_META_KEY: spec["task"], CONTEXT_META_KEY: {"batch_id": batch_id}}
     if spec.get("timeout") is not None:
         meta[TIMEOUT_KEY] = spec["timeout"]
     now = runtime.clock.now()
-    job = NewJob(
-        id=make_id(),
+    job_id = new_job_id()
+    draft = NewJob(
+        id=job_id,
         queue=spec["queue"],
-        payload=runtime.codec.encode_payload(spec["payload"]),
+        payload=dumps(spec["payload"]),
         priority=0,
         max_attempts=spec.get("tries") or runtime.max_attempts,
         created_at=now,
         available_at=now,
         classification=None,
         trace_id=None,
-        meta=json.dumps(meta),
+        meta=meta_text(runtime.codec, meta, spec["queue"], job_id),
     )
-    await runtime.call("enqueue", lambda: runtime.backend.enqueue([job]))
+    jobs = seal_jobs(runtime.codec, [draft])
+    await runtime.call("enqueue", lambda: runtime.backend.enqueue(jobs))
     runtime.notify(spec["queue"])
 
 
@@ -423,7 +475,8 @@ async def on_batch_job(
         deltas = {"pending": -1, "processed": 1}
     else:
         deltas = {"pending": -1, "failed": 1}
-        await store.put(_FAILED, f"{batch_id}:{stored.id}", {"error": (error or "")[:500]})
+        text = runtime.codec.seal_text((error or "")[:500], _error_place(batch_id, stored.id))
+        await store.put(_FAILED, f"{batch_id}:{stored.id}", {"error": text})
     record, applied = await store.add(_BATCH, batch_id, deltas, once=stored.id)
     if not applied or record.value is None:
         return
@@ -438,7 +491,8 @@ async def on_batch_job(
             return
         if once and not await store.put(_FLAG, f"{batch_id}:fired:{which}", now, if_absent=True):
             return
-        await _dispatch_callback(runtime, spec, batch_id)
+        opened = _opened_callback(runtime.codec, batch_id, which, spec)
+        await _dispatch_callback(runtime, opened, batch_id)
 
     def tell(event: str) -> None:
         data = {"batch_id": batch_id, "failed": int(counters.get("failed", 0))}
