@@ -45,6 +45,7 @@ import anyio
 import attrs
 
 from ._audit import AuditEvent
+from ._environment import parse_seal_keys
 from ._sealing import _decode_keys, _env_config, load_or_create_key_file
 from .errors import ConfigError
 
@@ -100,8 +101,6 @@ def _config_error(message: str) -> ConfigError:
 
 def _keyring(keys: Mapping[str, str] | str, where: str) -> dict[str, bytes]:
     """``{kid: base64}`` or ``"kid:base64,..."`` decoded to ``{kid: 32 bytes}``, in order."""
-    from ._environment import parse_seal_keys
-
     if isinstance(keys, str):
         keys = parse_seal_keys(keys, where=where)
     if not isinstance(keys, Mapping) or not keys:
