@@ -143,12 +143,10 @@ class LoggingAuditSink:
 
 def _durable_keys(seal: SealPlan | None) -> Mapping[str, bytes] | None:
     """The keyring a backend seals with, when it outlives this process (not ``memory``'s
-    process key, which nobody could verify with later) and the sealer is the built-in one (a
-    plugin sealer's keys are its own business)."""
+    process key, which nobody could verify with later)."""
     if seal is None or seal.source in ("off", "process"):
         return None
-    keys = getattr(getattr(seal.codec, "sealer", None), "_keys", None)
-    return keys if isinstance(keys, Mapping) and keys else None
+    return seal.keys or None
 
 
 def registered_sinks(registry: PluginRegistry) -> list[AuditSink]:

@@ -531,6 +531,9 @@ class SealPlan:
     codec: Codec
     key_file: str | None = None
     _factory: SealerFactory | None = attrs.field(default=None, repr=False)
+    keys: Mapping[str, bytes] | None = attrs.field(default=None, repr=False)
+    """The keyring the codec seals with (first seals), once known; ``None`` with sealing off
+    or before :meth:`prepare` loaded the key file.  The audit chain derives its key from it."""
 
     async def prepare(self) -> Codec:
         """Load (or create) the key file, if this backend uses one.  Idempotent."""
@@ -545,6 +548,7 @@ class SealPlan:
                     f"directory writable, or {_HOW_TO_SET_A_KEY}"
                 ) from exc
             self.codec = SealedCodec(self._factory(keys))
+            self.keys = keys
         return self.codec
 
 
@@ -607,7 +611,7 @@ def plan_seal(
             accept_unsealed=config.accept_unsealed,
             accept_unbound=config.accept_unbound,
         )
-        return SealPlan(source=source, codec=codec)
+        return SealPlan(source=source, codec=codec, keys=config.keys)
 
     capabilities = backend.capabilities
     if capabilities.requires_seal_key:
@@ -625,7 +629,8 @@ def plan_seal(
         )
     if capabilities.ephemeral:
         factory = _sealer_factory(DEFAULT_SEALER, sealers, where)
-        return SealPlan(source="process", codec=SealedCodec(factory(process_keys())))
+        keys = process_keys()
+        return SealPlan(source="process", codec=SealedCodec(factory(keys)), keys=keys)
     raise _config_error(
         f"{where} (protocol {protocol!r}) keeps jobs beyond this process but has no database "
         f"file to keep a seal key beside (a bring-your-own store?), so it needs a key: "

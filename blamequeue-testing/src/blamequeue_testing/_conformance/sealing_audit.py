@@ -291,7 +291,7 @@ class TestSealing:
 
             ids = await right.enqueue_many(name, list(range(20)))
             bad = await wrong.consume(name, recorder("wrong"), concurrency=4, poll_interval=0.01)
-            await wait_until(lambda: errors, "the worker without the key to report it")
+            await wait_until(lambda: bool(errors), "the worker without the key to report it")
             good = await right.consume(name, recorder("right"), concurrency=4, poll_interval=0.01)
             await wait_until(lambda: len(done_by["right"]) == len(ids), "every job to be done")
             for consumer in (good, bad):
