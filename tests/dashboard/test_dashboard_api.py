@@ -152,6 +152,7 @@ async def test_read_only_open_is_only_for_loopback_clients_and_hosts(seeded: Que
     assert (await _call(app, "/api/overview", host="dash.example"))[0] == 401
     assert (await _call(app, "/api/overview", host="dash.example", headers=READ))[0] == 200
     assert (await _call(app, "/api/overview", client=("127.0.0.1", 5555)))[0] == 200
+    assert (await _call(app, "/api/overview", client=("::1", 5555)))[0] == 200
 
 
 async def test_write_actions_need_the_token_and_the_csrf_header(

@@ -152,6 +152,14 @@ def test_counts_match_and_a_dlq_retry_moves_the_job_back(
     row.find_element(By.TAG_NAME, "a").click()
     wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#dlq tr[data-job]"))
     _shot(browser, tmp_path, "queue")
+    browser.find_element(By.CSS_SELECTOR, "#dlq tr[data-job] a").click()
+    detail = wait.until(lambda d: d.find_element(By.ID, "job-detail").text or None)
+    assert '"last_error": "RuntimeError: mail server said no"' in detail  # its first line only
+    assert "Traceback" not in detail
+    browser.find_element(By.ID, "full-error").click()  # the whole text, asked for
+    full = wait.until(lambda d: d.find_element(By.ID, "job-error").text or None)
+    assert full.startswith("RuntimeError: mail server said no")
+    _shot(browser, tmp_path, "job")
     browser.find_element(By.CSS_SELECTOR, "#dlq button.retry").click()
     wait.until(lambda d: not d.find_elements(By.CSS_SELECTOR, "#dlq tr[data-job]"))
     wait.until(lambda d: "retried" in d.find_element(By.ID, "status").text or
