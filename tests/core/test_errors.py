@@ -33,6 +33,7 @@ SPEC_CODES = {
     "queue/job-not-found",
     "queue/job-failed",
     "queue/result-timeout",
+    "queue/payload-too-large",  # §14
 }
 # Codes beyond SPEC §2's list, each for a case the list has no word for.
 EXTENSION_CODES = {

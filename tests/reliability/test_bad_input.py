@@ -260,15 +260,26 @@ def circular() -> list[Any]:
     return value
 
 
+def has_non_str_key(value: Any) -> bool:
+    """Whether a mapping anywhere in ``value`` has a key that is not a str (JSON would turn
+    it into a string, or lose a value to a colliding key)."""
+    if isinstance(value, dict):
+        return any(not isinstance(k, str) or has_non_str_key(v) for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return any(has_non_str_key(item) for item in value)
+    return False
+
+
 def json_or_none(payload: Any) -> str | None:
     """The payload as JSON text, or None when it has none a store can hold (the oracle): JSON
-    cannot hold it, or its text is not valid Unicode (a lone surrogate has no UTF-8)."""
+    cannot hold it, its text is not valid Unicode (a lone surrogate has no UTF-8), or JSON
+    would change it (a mapping key that is not a str, SPEC §14)."""
     try:
         text = json.dumps(payload, ensure_ascii=False, allow_nan=False)
         text.encode("utf-8")
     except (TypeError, ValueError, RecursionError):  # UnicodeEncodeError is a ValueError
         return None
-    return text
+    return None if has_non_str_key(payload) else text
 
 
 # -- payloads --------------------------------------------------------------------------------------

@@ -8,12 +8,12 @@ the job id and the attempt number, so a test can predict every delay.
 from __future__ import annotations
 
 import hashlib
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
+from ._validation import MAX_SECONDS_TEXT, is_duration
 from .errors import BadArgumentError
 
 __all__ = [
@@ -49,12 +49,11 @@ def _jittered(delay: float, jitter: float, attempt: int, job_id: str) -> float:
 
 def _seconds(name: str, minimum: float = 0.0) -> Any:
     def check(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
-        ok = isinstance(value, int | float) and not isinstance(value, bool)
-        if not ok or not math.isfinite(value) or value < minimum:
+        if not is_duration(value, minimum=minimum):
             raise BadArgumentError(
                 "queue/bad-argument",
-                f"backoff {name}.{attribute.name} must be a finite number >= {minimum}, "
-                f"got {value!r}",
+                f"backoff {name}.{attribute.name} must be a number >= {minimum} and at most "
+                f"{MAX_SECONDS_TEXT}, got {value!r}",
             )
 
     return check
@@ -81,8 +80,12 @@ class ExponentialBackoff:
 
     def delay(self, attempt: int, job_id: str) -> float:
         exponent = max(0, attempt - 1)
-        # Past ~1000 doublings float overflows; the cap has long been reached by then.
-        raw = self.cap if exponent > 1000 else self.base * self.factor**exponent
+        # Past ~1000 doublings float overflows (sooner for a larger factor); the cap has long
+        # been reached by then.
+        try:
+            raw = self.cap if exponent > 1000 else self.base * self.factor**exponent
+        except OverflowError:
+            raw = self.cap
         return _jittered(min(raw, self.cap), self.jitter, attempt, job_id)
 
     def to_spec(self) -> dict[str, Any]:

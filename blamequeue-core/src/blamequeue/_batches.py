@@ -34,7 +34,6 @@ job of a cancelled batch completes without running its handler (counted ``proces
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final
@@ -48,6 +47,7 @@ from ._job_seals import CONTEXT_META_KEY, TASK_META_KEY, meta_text, seal_jobs
 from ._records import RecordStore, decode_value
 from ._runtime import BackendRuntime
 from ._tasks import PendingDispatch, to_wire
+from ._validation import check_delay
 from .abc import NewJob, StoredJob
 from .errors import BadArgumentError, NotFoundError, QueueError
 
@@ -167,6 +167,10 @@ class PendingBatch:
             json.dumps(spec)
         except (TypeError, ValueError) as exc:
             raise _bad(f"the {which} callback's payload must be JSON-serialisable: {exc}") from exc
+        # Refused now, not when the batch finishes: keys JSON would change, or over the size
+        # the backend takes (queue/bad-payload, queue/payload-too-large).
+        runtime = self.owner._runtimes.get(self.backend or self.owner._default)
+        dumps(spec["payload"], None if runtime is None else runtime.max_payload_bytes)
         return attrs.evolve(self, callbacks={**self.callbacks, which: spec})
 
     def then(self, task: Any, payload: Any = None) -> PendingBatch:
@@ -393,13 +397,7 @@ async def cancel(runtime: BackendRuntime, batch_id: str) -> bool:
 
 async def prune(runtime: BackendRuntime, older_than: float) -> int:
     """Delete finished batches finished more than ``older_than`` seconds ago."""
-    if (
-        isinstance(older_than, bool)
-        or not isinstance(older_than, int | float)
-        or not math.isfinite(older_than)
-        or older_than < 0
-    ):
-        raise _bad(f"older_than must be seconds >= 0, got {older_than!r}")
+    check_delay(older_than, "older_than")
     store = RecordStore(runtime)
     cutoff = store.now() - older_than
     pruned = 0

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 import anyio
 
-__all__ = ["SystemClock", "to_datetime"]
+__all__ = ["EARLIEST", "LATEST", "SystemClock", "to_datetime"]
 
 
 class SystemClock:
@@ -26,11 +26,23 @@ class SystemClock:
 _last_converted: tuple[float, datetime] = (math.nan, datetime.fromtimestamp(0, tz=UTC))
 
 
+#: What a stored time beyond what a datetime can hold reads as (SPEC §14): the core refuses
+#: durations over ten years, but a store written by hand or an older version may hold one, and
+#: listing or inspecting such a job must not fail.
+LATEST = datetime.max.replace(tzinfo=UTC)
+EARLIEST = datetime.min.replace(tzinfo=UTC)
+
+
 def to_datetime(seconds: float) -> datetime:
+    """The UTC datetime of a stored time; one out of a datetime's range (or NaN) is clamped
+    to :data:`EARLIEST` / :data:`LATEST` instead of raising."""
     global _last_converted
     last = _last_converted
     if last[0] == seconds:
         return last[1]
-    converted = datetime.fromtimestamp(seconds, tz=UTC)
+    try:
+        converted = datetime.fromtimestamp(seconds, tz=UTC)
+    except (OverflowError, ValueError, OSError):
+        converted = EARLIEST if seconds < 0 else LATEST
     _last_converted = (seconds, converted)
     return converted

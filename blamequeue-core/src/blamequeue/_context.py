@@ -14,6 +14,7 @@ from ._clock import to_datetime
 from ._models import Job
 from ._progress import publish_progress
 from ._results import dependency_results
+from ._validation import MAX_SECONDS_TEXT, is_duration
 from .errors import BadArgumentError
 
 if TYPE_CHECKING:
@@ -68,14 +69,11 @@ class JobContext:
     async def extend_lease(self, seconds: float) -> bool:
         """Keep the job ``seconds`` longer than its lease currently runs (at least ``seconds``
         from now).  Returns False when the lease was already lost."""
-        if (
-            isinstance(seconds, bool)
-            or not isinstance(seconds, int | float)
-            or not (math.isfinite(seconds) and seconds > 0)
-        ):
+        if not is_duration(seconds, positive=True):
             raise BadArgumentError(
                 "queue/bad-argument",
-                f"extend_lease(seconds) needs a positive, finite number, got {seconds!r}",
+                f"extend_lease(seconds) needs a positive number of seconds, at most "
+                f"{MAX_SECONDS_TEXT}, got {seconds!r}",
             )
         runtime = self._runtime
         target = max(self._lease.expires_at, runtime.clock.now()) + float(seconds)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import base64
 import binascii
-import math
 from collections.abc import Mapping
 from typing import Any
 
+from ._validation import MAX_SECONDS_TEXT, is_duration
 from .errors import ConfigError
 
 __all__ = ["config_from_env", "parse_seal_keys"]
@@ -110,7 +110,10 @@ def config_from_env(env: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, A
             sweep = float(raw_sweep)
         except ValueError as exc:
             raise _error(f"BLAMEQUEUE_SWEEP_INTERVAL must be seconds, got {raw_sweep!r}") from exc
-        if not math.isfinite(sweep) or sweep < 0:
-            raise _error(f"BLAMEQUEUE_SWEEP_INTERVAL must be >= 0 seconds, got {raw_sweep!r}")
+        if not is_duration(sweep):
+            raise _error(
+                f"BLAMEQUEUE_SWEEP_INTERVAL must be >= 0 seconds and at most {MAX_SECONDS_TEXT}, "
+                f"got {raw_sweep!r}"
+            )
         kwargs["sweep_interval"] = sweep
     return config, kwargs

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, Literal
 
 import attrs
 
+from ._validation import MAX_SECONDS_TEXT, is_duration
 from .abc import JobState
 
 __all__ = [
@@ -176,11 +176,10 @@ def _positive_int(instance: object, attribute: attrs.Attribute[int], value: int)
 
 
 def _positive_seconds(instance: object, attribute: attrs.Attribute[float], value: float) -> None:
-    ok = isinstance(value, int | float) and not isinstance(value, bool)
-    if not ok or not math.isfinite(value) or value <= 0:
+    if not is_duration(value, positive=True):
         raise _bad(
-            f"RateLimit.{attribute.name} must be a positive, finite number of seconds, "
-            f"got {value!r}"
+            f"RateLimit.{attribute.name} must be a positive number of seconds, at most "
+            f"{MAX_SECONDS_TEXT}, got {value!r}"
         )
 
 

@@ -45,6 +45,7 @@ import anyio.to_thread
 import attrs
 
 from ._events import QueueEvent
+from ._validation import MAX_SECONDS_TEXT, is_duration
 from .errors import BadArgumentError, ConfigError
 
 if TYPE_CHECKING:
@@ -146,8 +147,8 @@ def _webhook_url(url: Any) -> str:
 def _check_timeout(timeout: Any) -> float:
     if isinstance(timeout, bool) or not isinstance(timeout, int | float):
         raise _bad(f"timeout must be seconds (a number), got {timeout!r}")
-    if not math.isfinite(timeout) or timeout <= 0:
-        raise _bad(f"timeout must be positive seconds, got {timeout!r}")
+    if not is_duration(timeout, positive=True):
+        raise _bad(f"timeout must be positive seconds, at most {MAX_SECONDS_TEXT}, got {timeout!r}")
     return float(timeout)
 
 
@@ -398,11 +399,12 @@ def _check_channels(channels: Any) -> tuple[NotificationChannel, ...]:
 
 
 def _positive(value: Any, what: str, *, integer: bool = False) -> Any:
-    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
     if integer:
-        ok = ok and isinstance(value, int)
-    if not ok or value < (1 if integer else 0):
-        kind = "an int >= 1" if integer else "seconds >= 0"
+        ok = isinstance(value, int) and not isinstance(value, bool) and value >= 1
+    else:
+        ok = is_duration(value)
+    if not ok:
+        kind = "an int >= 1" if integer else f"seconds >= 0, at most {MAX_SECONDS_TEXT}"
         raise _bad(f"{what} must be {kind}, got {value!r}")
     return value
 

@@ -146,7 +146,7 @@ class Queue:
                 f"default_backend {default_backend!r} is not configured; "
                 f"configured backends: {sorted(backends)}"
             )
-        check_delay(sweep_interval, "sweep_interval (0 turns the timer off)", config=True)
+        check_delay(sweep_interval, "sweep_interval", config=True)  # 0 turns the timer off
         if seal is not None:
             parse_seal_config(seal, "seal")  # checked even when every backend has its own
         self._clock: Clock = clock if clock is not None else SystemClock()

@@ -7,13 +7,13 @@ bad argument is the caller's mistake, not a sign the backend is down.
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 import anyio
 import attrs
 
+from ._validation import MAX_SECONDS_TEXT, is_duration
 from .abc import Clock
 from .errors import BackendUnavailableError, ConfigError, QueueError
 
@@ -25,10 +25,12 @@ log = logging.getLogger("blamequeue")
 
 def _number(where: str, minimum: float, *, integer: bool = False) -> Any:
     def check(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
-        kinds = int if integer else int | float
-        ok = isinstance(value, kinds) and not isinstance(value, bool)
-        if not ok or not math.isfinite(value) or value < minimum:
-            kind = "an integer" if integer else "a finite number"
+        if integer:
+            ok = isinstance(value, int) and not isinstance(value, bool) and value >= minimum
+        else:  # seconds
+            ok = is_duration(value, minimum=minimum)
+        if not ok:
+            kind = "an integer" if integer else f"a number of seconds, at most {MAX_SECONDS_TEXT},"
             raise ConfigError(
                 "queue/invalid-config",
                 f"{where}.{attribute.name} must be {kind} >= {minimum}, got {value!r}",

@@ -28,9 +28,11 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 import attrs
 
 from ._clock import to_datetime
+from ._codec import dumps
 from ._cron import Cron
 from ._ids import new_job_id
 from ._records import RecordStore, decode_value
+from ._tasks import to_wire
 from .errors import BadArgumentError, QueueError
 
 if TYPE_CHECKING:
@@ -191,6 +193,10 @@ class Scheduler:
         if overlap not in _OVERLAPS:
             raise _bad(f"overlap must be one of {', '.join(_OVERLAPS)}, got {overlap!r}")
         pending = self._queue.job(task, payload)  # refuses unknown tasks (queue/unknown-job)
+        # A payload every firing would be refused for (queue/bad-payload, .../payload-too-large)
+        # is refused here, once, instead of in a warning at each slot.
+        runtime = self._queue._runtimes.get(self._queue._default if backend is None else backend)
+        dumps(to_wire(payload), None if runtime is None else runtime.max_payload_bytes)
         task_name = pending.settings.name
         schedule_name = name if name is not None else f"{task_name} {expression}"
         if not isinstance(schedule_name, str) or not schedule_name or "\0" in schedule_name:

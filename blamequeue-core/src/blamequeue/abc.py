@@ -50,8 +50,10 @@ from typing import Any, ClassVar, Literal, Protocol, TypeVar
 import attrs
 
 from ._codec import compact_json
+from ._validation import MAX_SECONDS
 
 __all__ = [
+    "MAX_SECONDS",
     "Backend",
     "BackendContext",
     "CancelOutcome",
@@ -486,11 +488,17 @@ class Backend(abc.ABC):
     :class:`~blamequeue.errors.ConfigError` (``queue/invalid-config``) for anything wrong,
     naming the option.  ``options`` holds only the backend's own keys; the queue has already
     taken the common ones (``protocol``, ``retry``, ``breaker``, ``backoff``, ``max_attempts``,
-    ``retain_done``, ``seal``).
+    ``retain_done``, ``seal``, ``max_payload_bytes``).
     """
 
     protocol: ClassVar[str]
     capabilities: ClassVar[Capabilities] = Capabilities()
+    max_payload_bytes: ClassVar[int | None] = None
+    """The most bytes of JSON (before sealing) a payload can take in this store, for a store
+    whose messages are limited (SQS): the default of the ``max_payload_bytes`` option and the
+    most it may be set to.  ``None`` (the default): the option defaults to 1 MiB and has no
+    ceiling.  The core refuses a larger payload with ``queue/payload-too-large`` before the
+    backend sees it."""
 
     def __init__(self, options: Mapping[str, Any], context: BackendContext) -> None:
         self.options = dict(options)

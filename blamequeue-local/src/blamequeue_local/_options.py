@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import os
 import re
 import sqlite3
@@ -11,6 +10,7 @@ from typing import Any, Final
 
 import attrs
 
+from blamequeue.abc import MAX_SECONDS
 from blamequeue.errors import ConfigError
 from blamequeue_local._aiosqlite_store import is_aiosqlite_connection
 from blamequeue_local._store import Durability, Store
@@ -123,11 +123,11 @@ def parse_options(options: Mapping[str, Any]) -> LocalOptions:
     if (
         isinstance(busy_timeout, bool)
         or not isinstance(busy_timeout, int | float)
-        or not math.isfinite(busy_timeout)
-        or busy_timeout < 0
+        or not 0 <= busy_timeout <= MAX_SECONDS  # NaN fails, and so does a too large int
     ):
         raise _invalid(
-            f"option 'busy_timeout' must be a finite number of seconds >= 0, got {busy_timeout!r}"
+            f"option 'busy_timeout' must be a number of seconds >= 0 and at most "
+            f"{MAX_SECONDS:.0f}, got {busy_timeout!r}"
         )
 
     return LocalOptions(

@@ -209,6 +209,8 @@ class SqsBackend(Backend):
       MessageGroupId, jobs run in order) or ``"job"`` (each job its own group: no order).
     * ``dlq_scan_wait``: the WaitTimeSeconds of the receives that scan a dead-letter queue
       (1; a short poll may miss messages of a small queue on AWS).
+    * ``max_payload_bytes`` (taken by the core, like every backend's): at most, and by
+      default, 184,320 (180 KiB), what fits one message (see :attr:`max_payload_bytes`).
 
     Runs on asyncio and trio: boto3 is called from anyio worker threads.
     """
@@ -224,6 +226,15 @@ class SqsBackend(Backend):
         requires_seal_key=True,
         async_libraries=frozenset({"asyncio", "trio"}),
     )
+    # An SQS message carries at most 262,144 bytes (body and attributes).  A payload's JSON
+    # of N bytes travels sealed, as "bq1:<key id, at most 64 characters>:" and the base64 of a
+    # 24-byte nonce, a 16-byte MAC, the 26-character binding to its place and the N bytes:
+    # 69 + 4 * ceil((66 + N) / 3) ASCII bytes in the body (_messages.body_of).  For N = 180 KiB
+    # that is 245,917, leaving 16,227 bytes for the body's other fields (id, queue name of up
+    # to 200 characters escaped as ASCII, times, meta with a sealed context) and attributes.
+    # With seal=False the payload's quotes and non-ASCII text are escaped in the body instead
+    # (up to 3x): keep payloads smaller there, or SQS refuses the send.
+    max_payload_bytes: ClassVar[int | None] = 184_320
 
     def __init__(self, options: Mapping[str, Any], context: BackendContext) -> None:
         super().__init__(options, context)

@@ -13,6 +13,7 @@ from typing import TypeVar
 
 import anyio
 
+from blamequeue._validation import MAX_SECONDS, MAX_SECONDS_TEXT
 from blamequeue.errors import QueueError
 
 __all__ = [
@@ -128,8 +129,10 @@ def _seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(
             f"expected seconds (e.g. 30 or 0.5), got {text!r}"
         ) from None
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"expected a finite number of seconds, got {text}")
+    if not math.isfinite(value) or abs(value) > MAX_SECONDS:
+        raise argparse.ArgumentTypeError(
+            f"expected a finite number of seconds, at most {MAX_SECONDS_TEXT}, got {text}"
+        )
     return value
 
 
