@@ -44,6 +44,7 @@ from urllib.parse import parse_qs, quote, unquote_to_bytes
 import anyio.to_thread
 import attrs
 
+from ._redaction import redacted
 from .errors import ConfigError, QueueError
 
 if TYPE_CHECKING:
@@ -76,8 +77,6 @@ _CSP = (
 _MAX_BODY = 64 * 1024
 _MAX_ERROR_LINE = 500
 
-# ``scheme://user:password@``: what of a URL must never be shown.
-_CREDENTIALS = re.compile(r"(?<=://)[^/?#@\s]*@")
 # A DNS name or IPv4 address as a Host header may hold it (IPv6 comes in brackets).
 _NAME = re.compile(r"[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*")
 
@@ -167,12 +166,8 @@ def _one_line(text: Any) -> str | None:
         return None
     for line in str(text).splitlines():
         if line.strip():
-            return _masked(line.strip()[:_MAX_ERROR_LINE])
+            return redacted(line.strip()[:_MAX_ERROR_LINE])
     return ""
-
-
-def _masked(text: str) -> str:
-    return _CREDENTIALS.sub("***@", text)
 
 
 def _jsonable(value: Any) -> Any:
@@ -196,7 +191,7 @@ def _shown_job(job: Job, *, payload: bool, full_error: bool) -> dict[str, Any]:
     if not payload:
         document["payload"] = None
     error = job.last_error
-    document["last_error"] = _masked(error) if full_error and error else _one_line(error)
+    document["last_error"] = redacted(error) if full_error and error else _one_line(error)
     return document
 
 

@@ -45,6 +45,7 @@ import anyio.to_thread
 import attrs
 
 from ._events import QueueEvent
+from ._redaction import redacted
 from ._validation import MAX_SECONDS_TEXT, is_duration
 from .errors import BadArgumentError, ConfigError
 
@@ -99,15 +100,6 @@ def _bad(message: str) -> BadArgumentError:
 
 def _config(message: str) -> ConfigError:
     return ConfigError("queue/invalid-config", message)
-
-
-_CREDENTIALS = re.compile(r"(?<=://)[^/?#@\s]*@")
-
-
-def redacted(text: str) -> str:
-    """``text`` with the user and password of every URL in it (``scheme://user:password@``)
-    replaced by ``***@``: what error and log lines show."""
-    return _CREDENTIALS.sub("***@", text)
 
 
 def _shown_url(url: Any) -> str:
