@@ -544,3 +544,12 @@ def test_the_cli_refuses_an_oversize_payload_with_its_code(tmp_path: Path) -> No
     assert result.returncode != 0
     assert "queue/payload-too-large" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("text", ['{"a": 1, "a": 2}', '[{"x": {"k": 1, "k": 1}}]'])
+def test_the_cli_refuses_a_payload_whose_keys_repeat(tmp_path: Path, text: str) -> None:
+    db = tmp_path / "cli.db"
+    result = _cli("enqueue", Q, text, "--path", str(db))
+    assert result.returncode == 2
+    assert "queue/bad-payload" in result.stderr
+    assert sizes(db, Q) == (0, 0)

@@ -14,6 +14,7 @@ import anyio.lowlevel
 import attrs
 
 from blamequeue import Queue
+from blamequeue.errors import BadArgumentError, QueueError
 
 from ._config import CONFIG_HELP, add_queue_options, with_queue
 from ._output import print_json
@@ -215,12 +216,29 @@ def _payload(text: str | None) -> Any:
         source = "the payload on stdin"
         text = sys.stdin.read()
     try:
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=_once_each)
+    except QueueError:
+        raise
     except ValueError as exc:
         raise UsageError(
             f"{source} is not valid JSON ({exc}); quote it for the shell, e.g. "
             f'\'{{"to": "ada"}}\' or \'"plain text"\''
         ) from None
+
+
+def _once_each(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys are all different: ``{"a": 1, "a": 2}`` would silently keep
+    only the last value (SPEC §14), so it is ``queue/bad-payload``."""
+    mapping: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in mapping:
+            raise BadArgumentError(
+                "queue/bad-payload",
+                f"the payload's key {key!r} appears more than once in one object; JSON would "
+                f"keep only its last value: give each key once",
+            )
+        mapping[key] = value
+    return mapping
 
 
 def _enqueue(args: argparse.Namespace) -> int:
