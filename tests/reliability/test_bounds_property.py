@@ -553,3 +553,31 @@ def test_the_cli_refuses_a_payload_whose_keys_repeat(tmp_path: Path, text: str) 
     assert result.returncode == 2
     assert "queue/bad-payload" in result.stderr
     assert sizes(db, Q) == (0, 0)
+
+
+# -- counts --------------------------------------------------------------------------------------
+HUGE_COUNTS = st.sampled_from([2**31, 2**63, 10**30, 10**400]) | st.integers(min_value=2**31)
+COUNTS: dict[str, Callable[[Queue, Any], Any]] = {
+    "tick max": lambda q, v: q.tick(Q, _noop, max=v),
+    "tick concurrency": lambda q, v: q.tick(Q, _noop, concurrency=v),
+    "consume concurrency": lambda q, v: q.consume(Q, _noop, concurrency=v),
+    "rate limit max": lambda q, v: q.consume(Q, _noop, rate_limit=RateLimit(max=v, per_seconds=1)),
+    "global rate limit max": lambda q, v: q.tick(
+        Q, _noop, global_rate_limit={"max": v, "per_seconds": 1}
+    ),
+    "group_concurrency": lambda q, v: q.tick(Q, _noop, group_concurrency=v),
+    "max_attempts": lambda q, v: q.enqueue(Q, {}, max_attempts=v),
+}
+
+
+@pytest.mark.parametrize("entry", sorted(COUNTS))
+@FEW
+@given(value=HUGE_COUNTS)
+async def test_a_count_no_store_can_hold_is_a_bad_argument(
+    queue: Queue, entry: str, value: int
+) -> None:
+    await queue.enqueue(Q, {})  # a job for a tick to lease, were the count let through
+    try:
+        await refused(lambda: COUNTS[entry](queue, value), "queue/bad-argument")
+    finally:
+        await queue.purge(Q)

@@ -113,8 +113,12 @@ def check_positive_seconds(value: Any, what: str, *, config: bool = False) -> fl
 
 
 def check_positive_int(value: Any, what: str) -> int:
+    """An int from 1 to 2**31 - 1 (what every store keeps as an integer, and far beyond any
+    real count of workers or jobs: a larger one would only fail later, in a store)."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise _bad(f"{what} must be an integer >= 1, got {value!r}")
+    if value > PRIORITY_MAX:
+        raise _bad(f"{what} must be at most {PRIORITY_MAX}, got {value}")
     return value
 
 
