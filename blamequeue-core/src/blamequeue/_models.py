@@ -171,8 +171,11 @@ class BackendStatus:
 
 
 def _positive_int(instance: object, attribute: attrs.Attribute[int], value: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise _bad(f"RateLimit.{attribute.name} must be a positive integer, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 2**31 - 1:
+        raise _bad(
+            f"RateLimit.{attribute.name} must be a positive integer, at most 2**31 - 1 (every "
+            f"store keeps it as an integer), got {value!r}"
+        )
 
 
 def _positive_seconds(instance: object, attribute: attrs.Attribute[float], value: float) -> None:
