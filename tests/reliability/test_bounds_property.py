@@ -581,3 +581,13 @@ async def test_a_count_no_store_can_hold_is_a_bad_argument(
         await refused(lambda: COUNTS[entry](queue, value), "queue/bad-argument")
     finally:
         await queue.purge(Q)
+
+
+@FEW
+@given(value=BAD_SECONDS)
+def test_a_health_threshold_duration_out_of_bounds_is_a_bad_argument(value: Any) -> None:
+    from blamequeue import HealthThresholds
+
+    with pytest.raises(QueueError) as caught:
+        HealthThresholds(max_oldest_age=value)
+    assert caught.value.code == "queue/bad-argument"

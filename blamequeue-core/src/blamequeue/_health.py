@@ -25,6 +25,7 @@ from ._metrics import check_window, read_metrics
 from ._models import BackendStatus, BreakerState, WorkerInfo
 from ._presence import LIVE_FOR
 from ._runtime import BackendRuntime
+from ._validation import MAX_SECONDS
 from .errors import BadArgumentError, QueueError
 
 if TYPE_CHECKING:
@@ -53,7 +54,9 @@ def _optional_limit(kind: type, low: float, high: float = math.inf) -> Any:
         ok = isinstance(value, int | float) and not isinstance(value, bool)
         if kind is int:
             ok = ok and isinstance(value, int)
-        if not ok or not math.isfinite(value) or not low <= value <= high:
+        # isfinite() of an int too large for a float raises: compare such an int as it is.
+        finite = not isinstance(value, float) or math.isfinite(value)
+        if not ok or not finite or not low <= value <= high:
             raise BadArgumentError(
                 "queue/bad-argument",
                 f"HealthThresholds.{attribute.name} must be "
@@ -70,7 +73,9 @@ class HealthThresholds:
 
     max_pending: int | None = attrs.field(default=None, validator=_optional_limit(int, 0))
     """Due pending jobs per queue."""
-    max_oldest_age: float | None = attrs.field(default=300.0, validator=_optional_limit(float, 0))
+    max_oldest_age: float | None = attrs.field(
+        default=300.0, validator=_optional_limit(float, 0, MAX_SECONDS)
+    )
     """Seconds the longest-waiting due job has waited."""
     max_error_rate: float | None = attrs.field(default=0.25, validator=_optional_limit(float, 0, 1))
     """Failed attempts / attempts over ``error_window`` (needs shared records)."""

@@ -178,13 +178,8 @@ class _ContextRecords:
         """Each ``progress(percent, data)`` call, in order."""
 
     def _extend(self, seconds: float) -> None:
-        ok = isinstance(seconds, int | float) and not isinstance(seconds, bool)
-        if not ok or not math.isfinite(seconds) or seconds <= 0:
-            raise BadArgumentError(
-                "queue/bad-argument",
-                f"extend_lease() takes a positive, finite number of seconds, got {seconds!r}",
-            )
-        self.extensions.append(float(seconds))
+        seconds = check_positive_seconds(seconds, "extend_lease() seconds")  # as the engine
+        self.extensions.append(seconds)
         # Like the engine: ``seconds`` more than the lease runs now, at least from now.
         self.lease_expires_at = max(self.lease_expires_at, self._now()) + timedelta(seconds=seconds)
 
