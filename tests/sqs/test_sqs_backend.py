@@ -502,7 +502,7 @@ async def test_payload_over_the_sqs_size_limit_is_refused_before_sending(
     async with open_queue(sqs_queues.config(seal=False)) as q:
         with pytest.raises(QueueError) as info:
             await q.enqueue_many("emails", ["small", "x" * 1_100_000])
-        assert info.value.code == "queue/bad-payload"
+        assert info.value.code == "queue/payload-too-large"  # max_payload_bytes: 184,320
         assert await q.size("emails") == 0
 
 
