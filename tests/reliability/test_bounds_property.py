@@ -591,3 +591,20 @@ def test_a_health_threshold_duration_out_of_bounds_is_a_bad_argument(value: Any)
     with pytest.raises(QueueError) as caught:
         HealthThresholds(max_oldest_age=value)
     assert caught.value.code == "queue/bad-argument"
+
+
+def test_the_cli_reads_back_a_stored_time_beyond_a_datetime(tmp_path: Path) -> None:
+    import anyio
+
+    db = tmp_path / "cli.db"
+
+    async def store() -> str:
+        async with Queue(backends={"default": {"protocol": "local", "path": str(db)}}) as q:
+            return await _store_far_future_job(q)
+
+    job_id = anyio.run(store)
+    for args in (("jobs", Q), ("job", job_id), ("queues",)):
+        for output in ((), ("--json",)):
+            result = _cli(*args, *output, "--path", str(db))
+            assert result.returncode == 0, (args, result.stderr)
+            assert "Traceback" not in result.stderr
