@@ -19,7 +19,7 @@ import operator
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, ClassVar, Final, TypeVar, cast
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import anyio
 import anyio.lowlevel
@@ -115,17 +115,6 @@ _QUEUES_PER_PIPELINE: Final = 500
 _TOKEN_HEX: Final = 16
 #: How long a wait's mark key outlives the wait (a consumer that died mid-wait leaves it).
 _MARK_SLACK: Final = 60.0
-
-
-def _redacted(url: str) -> str:
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    if parts.port is not None:
-        host = f"{host}:{parts.port}"
-    user = parts.username or ""
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
 
 
 # Compact, and text as UTF-8 (cjson reads it byte for byte).
@@ -328,14 +317,16 @@ class RedisBackend(Backend):
         self._config: RedisOptions = parse_options(options)
         self._layout = KeyLayout(self._config.key_prefix)
         self._record_kinds: set[str] = set()  # kinds registered for the sweep already
-        url = self._config.url
-        where = _redacted(url) if url is not None else "bring-your-own client"
+        where = self._config.shown_url or "bring-your-own client"
         self._where = f"redis backend {context.name!r} ({where})"
         self._transport: Transport | None = None
         self._queues: dict[str, tuple[QueueKeys, tuple[str, ...]]] = {}
         # On a cluster the registry lives in another slot than the queue's keys, so the
         # backend adds a queue to it itself, once per queue per process.
         self._registered: set[str] = set()
+
+    def __repr__(self) -> str:  # never the password: the URL as messages show it
+        return f"<RedisBackend {self._where}>"
 
     @property
     def key_layout(self) -> KeyLayout:
@@ -428,7 +419,7 @@ class RedisBackend(Backend):
             try:
                 await transport.aclose()
             except Exception as exc:
-                raise map_redis_error(exc, where=self._where) from exc
+                raise map_redis_error(exc, where=self._where, secrets=self._config.secrets) from exc
 
     # -- the Redis boundary ----------------------------------------------------------------
     @property
@@ -452,7 +443,7 @@ class RedisBackend(Backend):
         except QueueError:
             raise
         except Exception as exc:
-            raise map_redis_error(exc, where=self._where) from exc
+            raise map_redis_error(exc, where=self._where, secrets=self._config.secrets) from exc
 
     def _keys(self, queue: str) -> tuple[QueueKeys, tuple[str, ...]]:
         found = self._queues.get(queue)

@@ -6,15 +6,22 @@
 * Wrong password or user, a user missing an ACL permission: a person must fix the
   configuration, so ``queue/invalid-config`` (not retried) with a message saying what to check.
 * Anything else Redis answers with an error is not retried either.
+
+A credential never leaves this boundary: every text taken from redis-py is scrubbed of the
+backend's secrets (:attr:`~blamequeue_redis._options.RedisOptions.secrets`) before it goes into a
+message, and so is the foreign exception itself (it stays the ``__cause__``, so a formatted
+traceback shows it).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Final
 
 from redis import exceptions as rx
 
 from blamequeue.errors import BackendUnavailableError, BadArgumentError, ConfigError, QueueError
+from blamequeue_redis._options import scrub
 
 __all__ = ["DUPLICATE_JOB", "map_redis_error"]
 
@@ -46,11 +53,31 @@ _TEMPORARY = _types(
 _TEMPORARY_REPLIES: Final = ("OOM ", "LOADING", "BUSY ", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN")
 
 
-def map_redis_error(exc: BaseException, *, where: str) -> QueueError:
-    """The :class:`QueueError` to raise (``from exc``) for ``exc``; ``where`` names the backend."""
+def _scrub_chain(exc: BaseException, secrets: tuple[str, ...]) -> None:
+    """Replace ``secrets`` in the arguments of ``exc`` and of the exceptions it came from, so
+    that neither its text nor a traceback that shows it holds a credential."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if any(
+            isinstance(arg, str) and secret in arg for arg in current.args for secret in secrets
+        ):
+            current.args = tuple(
+                scrub(arg, secrets) if isinstance(arg, str) else arg for arg in current.args
+            )
+        current = current.__cause__ or current.__context__
+
+
+def map_redis_error(exc: BaseException, *, where: str, secrets: Sequence[str] = ()) -> QueueError:
+    """The :class:`QueueError` to raise (``from exc``) for ``exc``; ``where`` names the backend
+    (without credentials) and ``secrets`` are the credentials to keep out of every text."""
     if isinstance(exc, QueueError):
         return exc
-    text = str(exc)
+    hidden = tuple(secrets)
+    if hidden:
+        _scrub_chain(exc, hidden)
+    text = scrub(str(exc), hidden)
     if isinstance(exc, _AUTH) or text.startswith(("WRONGPASS", "NOAUTH")):
         return ConfigError(
             "queue/invalid-config",
@@ -74,10 +101,10 @@ def map_redis_error(exc: BaseException, *, where: str) -> QueueError:
             f"retried"
         )
     if isinstance(exc, OSError):
-        return BackendUnavailableError(f"{where}: connection to Redis failed: {exc}")
+        return BackendUnavailableError(f"{where}: connection to Redis failed: {text}")
     if isinstance(exc, UnicodeError):
         return BadArgumentError(
-            "queue/bad-payload", f"{where}: text that is not valid Unicode cannot be sent: {exc}"
+            "queue/bad-payload", f"{where}: text that is not valid Unicode cannot be sent: {text}"
         )
     return QueueError(
         "queue/backend-unavailable",

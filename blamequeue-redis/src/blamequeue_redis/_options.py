@@ -1,10 +1,17 @@
-"""The ``redis`` backend's options: parsed and checked at construction, without any I/O."""
+"""The ``redis`` backend's options: parsed and checked at construction, without any I/O.
+
+This is where the Redis credentials enter (the ``password`` option, or a password in the URL or
+its query string), so it is also where they are kept out of every text: :attr:`RedisOptions.
+shown_url` is the URL with them replaced by ``***`` and is what every message names, the
+``repr`` of :class:`RedisOptions` leaves them out, and :attr:`RedisOptions.secrets` lists them
+for :func:`~blamequeue_redis._errors.map_redis_error` to scrub from what redis-py says.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any, Final
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 import attrs
 
@@ -12,7 +19,7 @@ from blamequeue.errors import ConfigError
 from blamequeue_redis._keys import DEFAULT_PREFIX
 from blamequeue_redis._transport import is_async_client, is_cluster_client, is_sync_client
 
-__all__ = ["RedisOptions", "parse_options"]
+__all__ = ["RedisOptions", "parse_options", "redact_url", "scrub"]
 
 _KNOWN: Final = (
     "url",
@@ -33,10 +40,13 @@ _MAX_REPLY_POLL_US: Final = 10_000
 
 @attrs.frozen(kw_only=True)
 class RedisOptions:
-    url: str | None
-    """The server URL with the scheme TLS asks for (``rediss://`` when ``tls``)."""
+    url: str | None = attrs.field(repr=False)
+    """The server URL with the scheme TLS asks for (``rediss://`` when ``tls``).  It may hold
+    the password: never put it in a message, use :attr:`shown_url`."""
+    shown_url: str | None
+    """:attr:`url` with its password (and any secret query parameter) replaced by ``***``."""
     username: str | None
-    password: str | None
+    password: str | None = attrs.field(repr=False)
     tls: bool
     key_prefix: str
     client: Any | None
@@ -46,6 +56,78 @@ class RedisOptions:
     reply_poll_us: int = REPLY_POLL_US
     """On asyncio: how long a call may poll its socket for the reply before it sleeps in the
     event loop (0: never)."""
+    secrets: tuple[str, ...] = attrs.field(default=(), repr=False)
+    """Every credential given (as written and percent-decoded), longest first: scrubbed from
+    foreign error texts (:func:`scrub`)."""
+
+
+# Query parameters redis-py passes on to the connection that carry a credential.
+_SECRET_PARAMETERS: Final = ("password", "passwd", "pass", "pwd", "token", "secret", "auth")
+_HIDDEN: Final = "***"
+
+
+def _is_secret_parameter(name: str) -> bool:
+    lowered = unquote(name).lower()
+    return any(word in lowered for word in _SECRET_PARAMETERS)
+
+
+def _url_secrets(url: str) -> list[str]:
+    """The credentials written in ``url``: the password of its user info and the values of
+    query parameters named like a password or token."""
+    found: list[str] = []
+    scheme_rest = url.split("://", 1)
+    rest = scheme_rest[-1]
+    netloc = rest.split("/", 1)[0].split("?", 1)[0].split("#", 1)[0]
+    if "@" in netloc:
+        userinfo = netloc.rpartition("@")[0]
+        user, colon, password = userinfo.partition(":")
+        found.append(password if colon else user)  # a lone user info may be a token
+    query = rest.partition("?")[2].partition("#")[0]
+    for pair in query.split("&"):
+        name, equals, value = pair.partition("=")
+        if equals and value and _is_secret_parameter(name):
+            found.append(value)
+    return found
+
+
+def redact_url(url: str) -> str:
+    """``url`` as messages may show it: the password of its user info and every secret query
+    parameter replaced by ``***``.  The user name before a password is kept (an ACL user is not
+    a secret); user info without a password is hidden whole, since it may be a token."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        scheme, rest = "", url
+    cut = min((i for i in (rest.find("/"), rest.find("?"), rest.find("#")) if i >= 0), default=-1)
+    netloc, tail = (rest, "") if cut < 0 else (rest[:cut], rest[cut:])
+    if "@" in netloc:
+        userinfo, _, hostport = netloc.rpartition("@")
+        user, colon, _password = userinfo.partition(":")
+        netloc = f"{user}:{_HIDDEN}@{hostport}" if colon else f"{_HIDDEN}@{hostport}"
+    before, question, query = tail.partition("?")
+    if question:
+        query, hash_, fragment = query.partition("#")
+        pairs = []
+        for pair in query.split("&"):
+            name, equals, value = pair.partition("=")
+            hidden = equals and value and _is_secret_parameter(name)
+            pairs.append(f"{name}={_HIDDEN}" if hidden else pair)
+        tail = f"{before}?{'&'.join(pairs)}{hash_}{fragment}"
+    return f"{scheme}{sep}{netloc}{tail}"
+
+
+def _secrets_of(*given: str | None) -> tuple[str, ...]:
+    found: set[str] = set()
+    for secret in given:
+        if secret:
+            found.update({secret, unquote(secret)})
+    return tuple(sorted((s for s in found if s), key=len, reverse=True))
+
+
+def scrub(text: str, secrets: tuple[str, ...]) -> str:
+    """``text`` with every one of ``secrets`` (longest first) replaced by ``***``."""
+    for secret in secrets:
+        text = text.replace(secret, _HIDDEN)
+    return text
 
 
 def _invalid(message: str) -> ConfigError:
@@ -74,8 +156,10 @@ def _reply_poll_us(options: Mapping[str, Any]) -> int:
     value = options.get("reply_poll_us")
     if value is None:
         return REPLY_POLL_US
-    if isinstance(value, bool) or not isinstance(value, int) or not (
-        0 <= value <= _MAX_REPLY_POLL_US
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or not (0 <= value <= _MAX_REPLY_POLL_US)
     ):
         raise _invalid(
             f"option 'reply_poll_us' must be a whole number of microseconds from 0 (never poll) "
@@ -103,15 +187,23 @@ def _key_prefix(options: Mapping[str, Any]) -> str:
 
 def _url(raw: object, tls: bool | None) -> tuple[str, bool]:
     if not isinstance(raw, str) or not raw.strip():
+        shown = type(raw).__name__ if isinstance(raw, str) or raw is None else repr(raw)
         raise _invalid(
             f"option 'url' must be a Redis URL like 'redis://127.0.0.1:6379/0' "
-            f"(or 'rediss://' for TLS), got {raw!r}"
+            f"(or 'rediss://' for TLS), got {shown}"
         )
     url = raw.strip()
-    scheme = urlsplit(url).scheme.lower()
+    shown = redact_url(url)
+    try:
+        parts = urlsplit(url)
+        _ = parts.port  # a port that is not a number raises ValueError here
+    except ValueError as exc:
+        reason = scrub(str(exc), _secrets_of(*_url_secrets(url)))
+        raise _invalid(f"option 'url' is not a valid URL ({reason}): {shown!r}") from None
+    scheme = parts.scheme.lower()
     if scheme not in _SCHEMES:
         raise _invalid(
-            f"option 'url' must start with redis://, rediss:// (TLS) or unix://, got {url!r}"
+            f"option 'url' must start with redis://, rediss:// (TLS) or unix://, got {shown!r}"
         )
     if tls is None:
         return url, scheme == "rediss"
@@ -160,6 +252,7 @@ def parse_options(options: Mapping[str, Any]) -> RedisOptions:
             )
         return RedisOptions(
             url=None,
+            shown_url=None,
             username=None,
             password=None,
             tls=False,
@@ -179,6 +272,7 @@ def parse_options(options: Mapping[str, Any]) -> RedisOptions:
         raise _invalid("a Redis Cluster cannot be reached through a unix:// socket URL")
     return RedisOptions(
         url=url,
+        shown_url=redact_url(url),
         username=username,
         password=password,
         tls=tls,
@@ -186,4 +280,5 @@ def parse_options(options: Mapping[str, Any]) -> RedisOptions:
         client=None,
         cluster=cluster,
         reply_poll_us=reply_poll_us,
+        secrets=_secrets_of(password, *_url_secrets(url)),
     )

@@ -1,8 +1,15 @@
-"""The ``sqs`` backend's options: parsed and checked at construction, without any I/O."""
+"""The ``sqs`` backend's options: parsed and checked at construction, without any I/O.
+
+SQS requests are signed with the AWS credentials of the boto3 chain; a ``user:password@`` in a
+URL option is never used by boto3 (it sends no such header) yet would be echoed by every error
+and debug log that names the URL, so it is refused here.  Every message shows a URL through
+:func:`redacted`.
+"""
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from typing import Any, Final, Literal
 
@@ -17,6 +24,7 @@ __all__ = [
     "MessageGroup",
     "SqsOptions",
     "parse_options",
+    "redacted",
 ]
 
 DEFAULT_MAX_IN_FLIGHT: Final = 16
@@ -58,7 +66,7 @@ class SqsOptions:
     queue_urls: Mapping[str, str]
     dlq_url: str | None
     region: str | None
-    endpoint_url: str | None
+    endpoint_url: str | None = attrs.field(repr=lambda url: redacted(repr(url)))
     client: object | None
     max_in_flight_requests: int
     create_queues: bool
@@ -72,15 +80,38 @@ class SqsOptions:
         return self.queue_url is not None and QUEUE_PLACEHOLDER in self.queue_url
 
 
+# The user info of a URL (``scheme://user:password@``), and the value of a query parameter
+# named like a credential (a presigned URL's X-Amz-Signature and X-Amz-Credential included).
+_USER_INFO: Final = re.compile(r"(?<=://)[^/?#\s\"'<>]*@")
+_SECRET_PARAMETER: Final = re.compile(
+    r"(?i)([?&][^=&#\s\"'<>]*(?:password|passwd|pwd|token|secret|auth|signature|credential)"
+    r"[^=&#\s\"'<>]*=)[^&#\s\"'<>]*"
+)
+
+
+def redacted(text: str) -> str:
+    """``text`` with the user info of every URL in it and the values of query parameters named
+    like a credential replaced by ``***``: what messages show of a URL or of a foreign error
+    that names one."""
+    return _SECRET_PARAMETER.sub(r"\1***", _USER_INFO.sub("***@", text))
+
+
 def _invalid(message: str) -> ConfigError:
     return ConfigError("queue/invalid-config", f"sqs backend: {message}")
 
 
 def _url(option: str, value: object) -> str:
     if not isinstance(value, str) or not value.startswith(("https://", "http://")):
+        shown = redacted(repr(value)) if isinstance(value, str) else type(value).__name__
         raise _invalid(
             f"option {option!r} must be an SQS queue URL like "
-            f"'https://sqs.eu-west-1.amazonaws.com/123456789012/jobs', got {value!r:.80}"
+            f"'https://sqs.eu-west-1.amazonaws.com/123456789012/jobs', got {shown:.80}"
+        )
+    if "@" in value.split("://", 1)[1].split("/", 1)[0].split("?", 1)[0]:
+        raise _invalid(
+            f"option {option!r} holds a user or password ({redacted(value):.80}); remove it: "
+            f"boto3 does not use it (SQS requests are signed with the AWS credentials of the "
+            f"boto3 chain: AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, a profile or a role)"
         )
     return value
 
@@ -123,7 +154,7 @@ def parse_options(options: Mapping[str, Any]) -> SqsOptions:
         if "{" in rest or "}" in rest:
             raise _invalid(
                 f"option 'queue_url' may hold '{QUEUE_PLACEHOLDER}' once (one SQS queue per "
-                f"queue name) and no other braces, got {queue_url!r}"
+                f"queue name) and no other braces, got {redacted(repr(queue_url))}"
             )
     raw_urls = options.get("queue_urls")
     queue_urls: dict[str, str] = {}

@@ -4,6 +4,10 @@ The backend's client wrapper calls :func:`map_error` at the boundary, so no boto
 reaches the core.  Throttling, server errors and lost connections are temporary (retried, counted
 by the breaker); a missing queue, denied access or bad credentials need a person and are not
 retried: the message names the IAM action or the setting to fix.
+
+A credential in a URL that botocore names (``Could not connect to the endpoint URL: ...``, from
+a caller's own client) is replaced by ``***`` in the message and in the botocore exception
+kept as its ``__cause__`` (:func:`~blamequeue_sqs._options.redacted`).
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from typing import Any, Final
 import botocore.exceptions
 
 from blamequeue.errors import BackendUnavailableError, BadArgumentError, ConfigError, QueueError
+from blamequeue_sqs._options import redacted
 
 __all__ = ["error_code", "error_message", "is_missing_queue", "is_stale", "map_error"]
 
@@ -103,14 +108,27 @@ def _status(exc: BaseException) -> int:
     return 0
 
 
+def _redact_chain(exc: BaseException) -> None:
+    """Redact URL credentials in the arguments of ``exc`` and the exceptions it came from."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        args = tuple(redacted(a) if isinstance(a, str) else a for a in current.args)
+        if args != current.args:
+            current.args = args
+        current = current.__cause__ or current.__context__
+
+
 def map_error(exc: Exception, *, where: str, action: str) -> QueueError:
     """The :class:`QueueError` to raise (``from exc``) for ``exc`` raised by SQS ``action``
     (an API name such as ``ReceiveMessage``); ``where`` names the backend and queue."""
     if isinstance(exc, QueueError):
         return exc
+    _redact_chain(exc)  # every ``{exc}`` below reads the redacted arguments
     if isinstance(exc, botocore.exceptions.ClientError):
         code = error_code(exc)
-        text = error_message(exc)
+        text = redacted(error_message(exc))
         if code in _THROTTLED or _status(exc) >= 500:
             return BackendUnavailableError(
                 f"{where}: SQS {action} failed temporarily ({code or _status(exc)}: {text}); "

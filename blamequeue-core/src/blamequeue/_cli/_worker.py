@@ -276,9 +276,15 @@ def _where(args: argparse.Namespace) -> str:
         }.get(protocol)
     if protocol == "local" and isinstance(location, str):
         location = str(Path(location).resolve())
-    elif isinstance(location, str) and "@" in location:
-        parts = urlsplit(location)
-        location = f"{parts.scheme}://{parts.hostname}" + (f":{parts.port}" if parts.port else "")
+    elif isinstance(location, str) and ("@" in location or "?" in location):
+        # User info or a query string may hold a password: show the host only.
+        scheme = location.partition("://")[0]
+        try:
+            parts = urlsplit(location)
+            port = f":{parts.port}" if parts.port else ""
+            location = f"{scheme}://{parts.hostname}{port}"
+        except ValueError:  # the backend's own check reports the bad URL
+            location = f"{scheme}://..."
     return f"{protocol} ({location})" if location else protocol
 
 
