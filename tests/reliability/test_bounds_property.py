@@ -608,3 +608,44 @@ def test_the_cli_reads_back_a_stored_time_beyond_a_datetime(tmp_path: Path) -> N
             result = _cli(*args, *output, "--path", str(db))
             assert result.returncode == 0, (args, result.stderr)
             assert "Traceback" not in result.stderr
+
+
+# -- the key check itself --------------------------------------------------------------------------
+ANY_KEYS = st.text(max_size=4) | NON_STR_KEYS | st.sampled_from(["1", "-2", "1.5", "true", "null"])
+NESTED = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=6),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.dictionaries(ANY_KEYS.filter(lambda k: k == k), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+def _non_str_key_in(value: Any) -> bool:
+    if isinstance(value, dict):
+        return any(not isinstance(k, str) or _non_str_key_in(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_non_str_key_in(item) for item in value)
+    return False
+
+
+@settings(FEW, max_examples=400)
+@given(value=NESTED)
+def test_dumps_refuses_exactly_the_payloads_with_a_non_str_key(value: Any) -> None:
+    from blamequeue._codec import dumps
+
+    try:
+        json.dumps(value, allow_nan=False)
+    except ValueError:
+        return  # a float key JSON cannot write: refused for that reason
+    if _non_str_key_in(value):
+        with pytest.raises(QueueError) as caught:
+            dumps(value)
+        assert caught.value.code == "queue/bad-payload"
+    else:
+        assert json.loads(dumps(value)) == json.loads(json.dumps(value))

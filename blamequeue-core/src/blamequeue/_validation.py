@@ -10,6 +10,7 @@ configuration's (``Queue(...)``, a backend option, an environment variable)
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 from .errors import BadArgumentError, ConfigError, QueueError
@@ -166,8 +167,7 @@ def check_payload(value: Any, text: str, limit: int | None = None) -> str:
     JSON keys are strings: ``json`` writes a key ``1`` as ``"1"`` (``True`` as ``"true"``,
     ``None`` as ``"null"``), so ``{1: "a", "1": "b"}`` would silently keep one value, and even
     a lone ``{1: "a"}`` would reach its handler as ``{"1": "a"}``.  Every mapping key must
-    therefore be a ``str``: one rule, no collision to explain.  A flat mapping of string keys
-    (the common payload) is cleared by C-level tests; only nested ones are walked.
+    therefore be a ``str``: one rule, no collision to explain.
     """
     if limit is not None and len(text) > limit // 4:  # at most 4 UTF-8 bytes a character
         size = len(text.encode("utf-8", "surrogatepass"))
@@ -178,13 +178,23 @@ def check_payload(value: Any, text: str, limit: int | None = None) -> str:
                 f"({limit}); store large data elsewhere (a file, an object store) and "
                 f"enqueue its address, or raise the backend's max_payload_bytes option",
             )
-    # The cheap tests first: a text without "{" holds no mapping, and a mapping whose text
-    # has no other "{" holds no nested one, so only its own keys need a look.
-    if "{" in text and not (
-        type(value) is dict and text.find("{", 1) < 0 and _STR.issuperset(map(type, value))
-    ):
-        _check_keys(value)
+    # The cheap tests first (payloads are mostly flat mappings of str keys): a text without
+    # "{" holds no mapping; a mapping whose text has no other "{" holds no nested one, so its
+    # own keys are all there is to look at; else only a text showing a key that a non-str
+    # one could have become is walked.
+    if "{" in text:
+        if type(value) is dict and text.find("{", 1) < 0:
+            if not _STR.issuperset(map(type, value)):
+                _check_keys(value)
+        elif _CONVERTED_KEY.search(text) is not None:
+            _check_keys(value)
     return text
+
+
+#: In compact JSON every key follows "{" or ",".  A key that was not a str comes out as an
+#: int's or a float's repr, or as true, false or null: a text without such a key holds none
+#: (one with it may still hold only str keys, such as "1": the walk decides).
+_CONVERTED_KEY = re.compile(r'[{,]"(?:-?[0-9][0-9.e+-]*|true|false|null)":')
 
 
 _STR = frozenset({str})
