@@ -649,3 +649,23 @@ def test_dumps_refuses_exactly_the_payloads_with_a_non_str_key(value: Any) -> No
         assert caught.value.code == "queue/bad-payload"
     else:
         assert json.loads(dumps(value)) == json.loads(json.dumps(value))
+
+
+@pytest.mark.parametrize(
+    ("data", "code"),
+    [("x" * SMALL, "queue/payload-too-large"), ({1: "a", "1": "b"}, "queue/bad-payload")],
+)
+async def test_progress_data_is_held_to_the_payload_rules(
+    queue: Queue, data: Any, code: str
+) -> None:
+    seen: list[str] = []
+
+    async def handler(job: Job, ctx: JobContext) -> None:
+        try:
+            await ctx.progress(50, data)
+        except QueueError as exc:
+            seen.append(exc.code)
+
+    await queue.enqueue(Q, {})
+    assert (await queue.tick(Q, handler)).succeeded == 1
+    assert seen == [code]

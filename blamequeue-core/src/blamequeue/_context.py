@@ -99,8 +99,9 @@ class JobContext:
 
     async def progress(self, percent: float, data: Any = None) -> None:
         """Report progress (0..100): a live event to every ``Queue.subscribe`` of this job,
-        in any process (``data`` must be JSON-serialisable, else ``queue/bad-payload``), and
-        a rate-limited marker in the audit trail."""
+        in any process (``data`` must be JSON with str keys, else ``queue/bad-payload``, and
+        at most the backend's ``max_payload_bytes``, else ``queue/payload-too-large``), and a
+        rate-limited marker in the audit trail."""
         if (
             isinstance(percent, bool)
             or not isinstance(percent, int | float)

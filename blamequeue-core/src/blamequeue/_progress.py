@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import attrs
 
 from ._clock import to_datetime
-from ._codec import job_place
+from ._codec import dumps, job_place
 from ._job_seals import error_place
 from ._results import LIVE_STATES, POLL_MAX, get_stored, not_found
 from .abc import JobWatch, StoredJob
@@ -68,10 +68,10 @@ async def publish_progress(runtime: BackendRuntime, job: Job, percent: float, da
     a backend that cannot publish it just logs, the handler carries on."""
     backend = runtime.backend
     now = runtime.clock.now()
-    # Encoded on every backend, so data JSON cannot hold fails the same way everywhere.
-    event = runtime.codec.encode_payload(
-        {"percent": float(percent), "data": data, "at": now}, progress_place(job.queue, job.id)
-    )
+    # Encoded on every backend, so data JSON cannot hold (or over max_payload_bytes) fails
+    # the same way everywhere.
+    text = dumps({"percent": float(percent), "data": data, "at": now}, runtime.max_payload_bytes)
+    event = runtime.codec.seal_text(text, progress_place(job.queue, job.id))
     if not backend.capabilities.progress_events:
         return
     try:
