@@ -120,6 +120,8 @@ def test_the_first_key_seals_and_every_key_unseals() -> None:
         ("bq2:k1:AAAA", "not a blamequeue envelope"),
         ("bq1:nokid", "not a blamequeue envelope"),
         ("bq1:k9:AAAA", "key id 'k9'"),
+        ("bq1::AAAA", "no key can have"),
+        ("bq1:k/9:AAAA", "no key can have"),
         ("bq1:k1:not base64!", "failed authentication"),
         ("bq1:k1:AAAA", "failed authentication"),
     ],

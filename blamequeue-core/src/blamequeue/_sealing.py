@@ -182,6 +182,13 @@ class SecretBoxSealer:
                 "or altered outside blamequeue)"
             )
         key = self._keys.get(kid)
+        if key is None and not _KID.match(kid):
+            # Not the id of any key there could be: the envelope was altered (dead-lettered),
+            # not sealed with a key this process lacks (released, and leasing stops).
+            raise _unseal_error(
+                f"the stored value names key id {kid[:64]!r}, which no key can have: it was "
+                f"altered outside blamequeue"
+            )
         if key is None:
             raise SealKeyMissingError(
                 f"the stored value was sealed with key id {kid[:64]!r}, which is not among the "

@@ -80,6 +80,13 @@ def check_queue_name(value: Any, what: str = "queue_name") -> str:
         raise _bad(
             f"{what} must be at most {_MAX_NAME} printable characters, got {value[:40]!r}..."
         )
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:  # a lone surrogate: no store (nor seal) can hold it
+        raise _bad(
+            f"{what} must be valid Unicode, got {value[:40]!r} (a lone surrogate at position "
+            f"{exc.start}); decode bytes properly before naming a queue"
+        ) from exc
     return value
 
 
