@@ -256,6 +256,17 @@ async def _backend_health(
     return queues, workers, alerts
 
 
+def _critical(runtime: BackendRuntime, check: str, what: str) -> HealthAlert:
+    """A critical alert about a whole backend."""
+    return HealthAlert(
+        level="critical",
+        backend=runtime.name,
+        queue=None,
+        check=check,
+        message=f"backend {runtime.name!r}: {what}",
+    )
+
+
 async def check_report(
     runtimes: Sequence[BackendRuntime], thresholds: HealthThresholds, now: float
 ) -> HealthReport:
@@ -270,16 +281,11 @@ async def check_report(
         )
         if runtime.missing_seal_key is not None:
             alerts.append(
-                HealthAlert(
-                    level="critical",
-                    backend=runtime.name,
-                    queue=None,
-                    check="seal-key",
-                    message=(
-                        f"backend {runtime.name!r}: jobs are sealed with key id "
-                        f"{runtime.missing_seal_key!r}, which this process does not hold; it "
-                        f"leases nothing until restarted with that key"
-                    ),
+                _critical(
+                    runtime,
+                    "seal-key",
+                    f"jobs are sealed with key id {runtime.missing_seal_key!r}, which this "
+                    f"process does not hold; it leases nothing until restarted with that key",
                 )
             )
         if not runtime.backend.capabilities.inspection:
@@ -287,15 +293,7 @@ async def check_report(
         try:
             q, w, a = await _backend_health(runtime, thresholds, now)
         except QueueError as exc:
-            alerts.append(
-                HealthAlert(
-                    level="critical",
-                    backend=runtime.name,
-                    queue=None,
-                    check="backend",
-                    message=f"backend {runtime.name!r} could not be checked: {exc}",
-                )
-            )
+            alerts.append(_critical(runtime, "backend", f"could not be checked: {exc}"))
             continue
         queues += q
         workers += w
