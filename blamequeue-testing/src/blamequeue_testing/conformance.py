@@ -15,8 +15,9 @@ parametrised over both; never pin it), drives the backend through the public ``Q
 :class:`~blamequeue_testing.VirtualClock`, and skips, saying why, what the backend's declared
 capabilities exclude.  Each test uses a queue name of its own, so a store shared between tests
 (one Redis server) is fine.  A few tests look at the store through a second ``Queue`` built from
-the same config after the first one shut down; they skip unless the two share one store (true of
-every durable backend; protocol ``memory`` needs a ``namespace``).
+the same config, standing in for another process; they skip, saying why, unless the two share
+one store.  That is true of every durable backend, and of ``{"protocol": "memory"}``: a memory
+config without a ``namespace`` gets one of the test's own, dropped when the test ends.
 
 Fixtures exported: ``anyio_backend``, ``conformance_clock`` (the virtual clock),
 ``conformance_audit`` (an :class:`AuditRecorder` of every audit event), ``conformance_queue``

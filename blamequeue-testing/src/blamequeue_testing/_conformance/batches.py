@@ -123,6 +123,7 @@ class TestBatches:
         [second] = await batch.add([("Import", 2)])
         assert (await batch.refresh()).total == 2
         async with conformance.factory.open() as other:  # another process sees it
+            await conformance.require_shared_store(queue, other)
             seen = await other.find_batch(batch.id)
             assert seen is not None
             assert seen.total == 2

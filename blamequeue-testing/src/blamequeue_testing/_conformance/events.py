@@ -205,6 +205,7 @@ class TestPause:
         assert await queue.is_paused(name)
         await queue.enqueue(name, "taken while paused")
         async with conformance.factory.open() as other:  # another worker, same store
+            await conformance.require_shared_store(queue, other)
             assert await other.is_paused(name)
             assert (await other.tick(name, succeed)).leased == 0
             assert (await queue.tick(name, succeed)).leased == 0

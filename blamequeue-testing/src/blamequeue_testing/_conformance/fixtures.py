@@ -21,6 +21,7 @@ from blamequeue import AuditEvent, Job, JobContext, Queue
 from blamequeue._plugins import load_registry
 from blamequeue.abc import Capabilities
 from blamequeue_testing._clock import VirtualClock
+from blamequeue_testing._memory import MemoryBackend
 
 __all__ = [
     "BACKEND",
@@ -64,26 +65,52 @@ class AuditRecorder:
         return [event for event in self.events if event.name == name]
 
 
+def _backend_class(config: Mapping[str, Any]) -> object:
+    """The backend class registered for ``config["protocol"]`` (None when there is none)."""
+    registration = load_registry().protocols.get(config.get("protocol"))  # type: ignore[arg-type]
+    return getattr(registration, "value", None)
+
+
 def backend_capabilities(config: Mapping[str, Any]) -> Capabilities:
     """The capabilities the backend class registered for ``config["protocol"]`` declares."""
-    registration = load_registry().protocols.get(config.get("protocol"))  # type: ignore[arg-type]
-    caps = getattr(getattr(registration, "value", None), "capabilities", None)
+    caps = getattr(_backend_class(config), "capabilities", None)
     return caps if isinstance(caps, Capabilities) else Capabilities()
+
+
+def _keeps_a_store_per_backend(config: Mapping[str, Any]) -> bool:
+    """True for a ``memory`` config without a ``namespace``: each backend built from it would
+    hold a store of its own, so a second queue of the test would not see the first one's jobs."""
+    backend = _backend_class(config)
+    return (
+        isinstance(backend, type)
+        and issubclass(backend, MemoryBackend)
+        and config.get("namespace") is None
+    )
 
 
 class QueueFactory:
     """Builds queues on the backend under test, all driven by the same clock and recorder.
 
-    Queues it built and a test left running are shut down when the test ends.
+    Every queue it builds for one test sees one store, as workers on one database do: a durable
+    backend's config already says so (same file, same server); a ``memory`` config without a
+    ``namespace`` gets one of the test's own, dropped when the test ends, so the default
+    ``{"protocol": "memory"}`` needs nothing more.  Queues it built and a test left running are
+    shut down when the test ends.
     """
 
     def __init__(
         self, config: Mapping[str, Any], clock: VirtualClock, audit: AuditRecorder
     ) -> None:
         self.config = dict(config)
+        """The backend config every queue is built from (``bq_backend_config``, plus the
+        namespace given to a ``memory`` config that has none)."""
         self.clock = clock
         self.audit = audit
         self._built: list[Queue] = []
+        self._namespace: str | None = None
+        if _keeps_a_store_per_backend(self.config):
+            self._namespace = f"conformance-{uuid.uuid4().hex}"
+            self.config["namespace"] = self._namespace
 
     def build(self, *, sweep_interval: float = 0, **overrides: Any) -> Queue:
         """A new, not yet started queue; ``overrides`` replace keys of the backend config.
@@ -110,8 +137,13 @@ class QueueFactory:
             await queue.shutdown(timeout=_SHUTDOWN_TIMEOUT)
 
     async def aclose(self) -> None:
-        for queue in reversed(self._built):
-            await queue.shutdown(timeout=_SHUTDOWN_TIMEOUT)  # a no-op unless left running
+        try:
+            for queue in reversed(self._built):
+                await queue.shutdown(timeout=_SHUTDOWN_TIMEOUT)  # a no-op unless left running
+        finally:
+            if self._namespace is not None:
+                # The namespace was the test's own; its jobs would otherwise outlive it.
+                MemoryBackend.forget_namespace(self._namespace)
 
 
 class Conformance:
@@ -194,21 +226,28 @@ class Conformance:
         result = await self.queue.tick(self.name, succeed, max=1000)
         return result.leased
 
-    async def require_shared_store(self, first: Queue, second: Queue) -> None:
-        """Skip unless two queues built from the backend config see one store.
-
-        True of every durable backend (same file, same server); the memory backend shares a
-        store only between backends with the same ``namespace``.
-        """
+    async def shares_store(self, first: Queue, second: Queue) -> bool:
+        """Whether ``second`` sees a job ``first`` enqueues (both started, built by
+        :attr:`factory`); the probe job is purged again."""
         probe = f"{self.name}-probe"
         await first.enqueue(probe, None)
         seen = await second.size(probe)
         await first.purge(probe)
-        if seen != 1:
+        return seen == 1
+
+    async def require_shared_store(self, first: Queue, second: Queue) -> None:
+        """Skip, saying why, unless two queues built from the backend config see one store.
+
+        A test that stands a second queue in for another process (another worker, the CLI, a
+        scheduler coming back) calls this first.  True of every durable backend (same file,
+        same server) and of ``memory`` (:class:`QueueFactory` gives it a namespace); a backend
+        that keeps a store per ``Queue`` skips these tests instead of failing them.
+        """
+        if not await self.shares_store(first, second):
             pytest.skip(
-                "two Queue objects built from bq_backend_config do not share one store (for "
-                "protocol 'memory', give it a 'namespace'); this test looks at jobs through a "
-                "second queue after the first one shut down"
+                "two Queue objects built from bq_backend_config do not share one store, and "
+                "this test looks at it through a second queue standing in for another process; "
+                "give the config what makes them share one (the same file, server or namespace)"
             )
 
 
@@ -278,8 +317,9 @@ async def conformance_queue_factory(
 
 @pytest.fixture
 async def conformance_queue(conformance_queue_factory: QueueFactory) -> AsyncIterator[Queue]:
-    """``Queue(backends={"conf": bq_backend_config}, clock=conformance_clock,
-    sweep_interval=0)``, started, recording audit events; shut down after the test."""
+    """``Queue(backends={"conf": config}, clock=conformance_clock, sweep_interval=0)`` with
+    ``config`` the factory's (``bq_backend_config``, a memory one given the test's namespace),
+    started, recording audit events; shut down after the test."""
     async with conformance_queue_factory.open() as queue:
         yield queue
 

@@ -65,6 +65,7 @@ class TestMetrics:
         result = await queue.tick(name, handler, max=10)
         assert (result.succeeded, result.failed) == (2, 1)
         async with conformance.factory.open() as other:  # e.g. the CLI, in another process
+            await conformance.require_shared_store(queue, other)
             metrics = await other.metrics(name, window=600)
         assert (metrics.succeeded, metrics.failed, metrics.dead) == (2, 1, 1)
         assert metrics.error_rate == pytest.approx(1 / 3)

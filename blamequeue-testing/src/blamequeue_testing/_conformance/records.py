@@ -62,6 +62,7 @@ class TestRecords:
     async def test_concurrent_claims_have_one_winner(self, conformance: Conformance) -> None:
         kind = self._kind(conformance)
         async with conformance.factory.open() as other:
+            await conformance.require_shared_store(conformance.queue, other)
             stores = [conformance.queue.records(), other.records()]
             wins: list[int] = []
 
@@ -119,6 +120,7 @@ class TestRecords:
     async def test_concurrent_adds_lose_nothing(self, conformance: Conformance) -> None:
         kind = self._kind(conformance)
         async with conformance.factory.open() as other:
+            await conformance.require_shared_store(conformance.queue, other)
             stores = [conformance.queue.records(), other.records()]
 
             async def bump(i: int) -> None:

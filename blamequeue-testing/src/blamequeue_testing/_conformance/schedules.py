@@ -44,6 +44,7 @@ class TestSchedules:
         queue, name = conformance.queue, conformance.name
         _declare(queue, name)
         async with conformance.factory.open() as other:  # another process, same store
+            await conformance.require_shared_store(queue, other)
             _declare(other, name)
             assert await queue.run_due_schedules() == []  # a new schedule starts from now
             assert await other.run_due_schedules() == []
@@ -72,6 +73,7 @@ class TestSchedules:
         conformance.clock.advance(300)
         assert len(await queue.run_due_schedules()) == 1
         async with conformance.factory.open() as restarted:  # every scheduler was down...
+            await conformance.require_shared_store(queue, restarted)
             _declare(restarted, name, Every.minutes(5))
             conformance.clock.advance(3 * 300)  # ...through three slots
             assert len(await restarted.run_due_schedules()) == 1  # only the latest fires
