@@ -1,4 +1,5 @@
-"""The Lua scripts of the ``redis`` backend's shared records (``Capabilities.records``).
+"""The Lua scripts of the ``redis`` backend's shared records (``Capabilities.records``):
+``lua/record_<operation>.lua``, each after ``lua/records_prelude.lua`` (the helpers they share).
 
 The records of one kind share a Cluster hash tag, ``R = <prefix>:rec:{<kind>}``, so one script
 sees them together:
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from blamequeue_redis._scripts import Script
+from blamequeue_redis._scripts import Script, read_lua
 
 __all__ = [
     "RECORD_ADD",
@@ -30,135 +31,22 @@ __all__ = [
     "RECORD_SCRIPTS",
 ]
 
-# Helpers every records script starts with.  ARGV[1] is always R (the kind's key base).
-_PRELUDE = """
-local base = ARGV[1]
-local function drop(key)
-  redis.call('DEL', base .. ':v:' .. key, base .. ':t:' .. key)
-  redis.call('ZREM', base .. ':keys', key)
-  redis.call('ZREM', base .. ':exp', key)
-end
--- Whether the record of key is live; an expired one is deleted on the way.
-local function live(key, now)
-  local h = base .. ':v:' .. key
-  local x = redis.call('HGET', h, 'x')
-  if x and tonumber(x) <= tonumber(now) then
-    drop(key)
-    return false
-  end
-  return redis.call('EXISTS', h) == 1
-end
-local function row(key)
-  local all = redis.call('HGETALL', base .. ':v:' .. key)
-  local v, x, c = false, '', {}
-  for i = 1, #all, 2 do
-    local f = all[i]
-    if f == 'v' then v = all[i + 1]
-    elseif f == 'x' then x = all[i + 1]
-    elseif string.sub(f, 1, 2) == 'c:' then
-      c[#c + 1] = string.sub(f, 3)
-      c[#c + 1] = all[i + 1]
-    end
-  end
-  return {key, v, x, c}
-end
-local function expire(key, at)
-  local h = base .. ':v:' .. key
-  if at == '' then
-    redis.call('HDEL', h, 'x')
-    redis.call('ZREM', base .. ':exp', key)
-  else
-    redis.call('HSET', h, 'x', at)
-    redis.call('ZADD', base .. ':exp', at, key)
-  end
-end
-"""
+#: The text every records script starts with: the helpers they share.
+_PRELUDE: Final = read_lua("records_prelude")
 
 
-def _records_script(name: str, body: str) -> Script:
-    return Script(name, _PRELUDE + body)
+def _records_script(name: str) -> Script:
+    """The records script of ``lua/<name>.lua`` (its KEYS, ARGV and reply are documented at
+    the top of that file), after :data:`_PRELUDE`."""
+    return Script(name, _PRELUDE + read_lua(name))
 
 
-# ARGV: R, key, value, now, expires_at ('' = none), if_absent ('1' or '').  Returns 1 when
-# it wrote, 0 when if_absent found a live record.
-RECORD_PUT: Final = _records_script(
-    "record_put",
-    """
-local key = ARGV[2]
-if live(key, ARGV[4]) and ARGV[6] == '1' then return 0 end
-redis.call('HSET', base .. ':v:' .. key, 'e', '1', 'v', ARGV[3])
-expire(key, ARGV[5])
-redis.call('ZADD', KEYS[1], 0, key)
-return 1
-""",
-)
-
-# ARGV: R, key, now, expires_at ('' = keep), once ('' = none), then name, delta pairs.
-# Returns {applied (1/0), row}.
-RECORD_ADD: Final = _records_script(
-    "record_add",
-    """
-local key = ARGV[2]
-live(key, ARGV[3])
-if ARGV[5] ~= '' and redis.call('SADD', base .. ':t:' .. key, ARGV[5]) == 0 then
-  return {0, row(key)}
-end
-local h = base .. ':v:' .. key
-redis.call('HSET', h, 'e', '1')
-for i = 6, #ARGV, 2 do
-  redis.call('HINCRBYFLOAT', h, 'c:' .. ARGV[i], ARGV[i + 1])
-end
-if ARGV[4] ~= '' then expire(key, ARGV[4]) end
-redis.call('ZADD', KEYS[1], 0, key)
-return {1, row(key)}
-""",
-)
-
-# ARGV: R, now, key...  Returns one entry per key: its row, or false.
-RECORD_GET: Final = _records_script(
-    "record_get",
-    """
-local out = {}
-for i = 3, #ARGV do
-  if live(ARGV[i], ARGV[2]) then out[#out + 1] = row(ARGV[i]) else out[#out + 1] = false end
-end
-return out
-""",
-)
-
-# ARGV: R, now, lex min ('[prefix' or '-'), lex max ('(bound' or '+'), limit (-1 = none).
-# Prunes the kind's expired records first, so the page holds only live ones.
-RECORD_LIST: Final = _records_script(
-    "record_list",
-    """
-local gone = redis.call('ZRANGEBYSCORE', base .. ':exp', '-inf', ARGV[2])
-for i = 1, #gone do drop(gone[i]) end
-local keys = redis.call('ZRANGEBYLEX', KEYS[1], ARGV[3], ARGV[4], 'LIMIT', 0, ARGV[5])
-local out = {}
-for i = 1, #keys do out[#out + 1] = row(keys[i]) end
-return out
-""",
-)
-
-# ARGV: R, key.  Returns 1 when a record was stored.
-RECORD_DELETE: Final = _records_script(
-    "record_delete",
-    """
-local existed = redis.call('EXISTS', base .. ':v:' .. ARGV[2])
-drop(ARGV[2])
-return existed
-""",
-)
-
-# ARGV: R, now.  Deletes the kind's expired records; returns how many.
-RECORD_PRUNE: Final = _records_script(
-    "record_prune",
-    """
-local gone = redis.call('ZRANGEBYSCORE', base .. ':exp', '-inf', ARGV[2])
-for i = 1, #gone do drop(gone[i]) end
-return #gone
-""",
-)
+RECORD_PUT: Final = _records_script("record_put")
+RECORD_ADD: Final = _records_script("record_add")
+RECORD_GET: Final = _records_script("record_get")
+RECORD_LIST: Final = _records_script("record_list")
+RECORD_DELETE: Final = _records_script("record_delete")
+RECORD_PRUNE: Final = _records_script("record_prune")
 
 RECORD_SCRIPTS: Final = (
     RECORD_PUT,

@@ -1,0 +1,107 @@
+-- settle: applies a batch of settlements.  After the queue prelude.
+--
+-- KEYS[1]: the queue's ready zset.
+-- ARGV: base, now, the settlements as one JSON array of [id, token, outcome, at, error
+--   (false: none), keep (true/false), result (false: none)].
+-- Returns: one '1' (applied) or '0' (stale) per settlement, as one string.
+-- The ids of the jobs that ended (done or dead) are published, space-separated, on the
+-- queue's channel `<base>settled` (one message per call), for result waiters.
+
+local now = ARGV[2]
+local items = cjson.decode(ARGV[3])
+local res = {}
+local woken = 0
+local settled, done, dead = {}, {}, {}
+
+-- Pend every job of `waiting` (parked behind a job that just became done) whose dependencies
+-- are all done or gone.
+local function release(waiting, at)
+  for _, cid in ipairs(waiting) do
+    local ck = jkey(cid)
+    local c = redis.call('HMGET', ck, 'state', 'depends_on', 'priority', 'seq')
+    if c[1] == 'parked' then
+      local free = true
+      for dep in string.gmatch(c[2] or '', '[^ ]+') do
+        local st = redis.call('HGET', jkey(dep), 'state')
+        if st and st ~= 'done' then
+          free = false
+          break
+        end
+      end
+      if free then
+        redis.call('HSET', ck, 'state', 'pending', 'available_at', at)
+        redis.call('SREM', K_PARKED, cid)
+        move(cid, c[4], 'parked', 'pending')
+        woken = woken + pend(cid, at, c[3], c[4], now)
+      end
+    end
+  end
+end
+
+local ended = {}
+
+for j, item in ipairs(items) do
+  local id, token, outcome, at, err, keep = item[1], item[2], item[3], item[4], item[5], item[6]
+  local key = jkey(id)
+  local f = redis.call('HMGET', key, 'state', 'token', 'flow_id', 'priority', 'seq', 'attempts')
+  if f[1] ~= 'inflight' or f[2] ~= token then
+    res[j] = '0'
+  else
+    res[j] = '1'
+    settled[#settled + 1] = id
+    local has_err = type(err) == 'string'
+    if outcome == 'done' then
+      local waiting = nil
+      if f[3] then
+        local dkey = base .. 'deps:' .. id
+        waiting = redis.call('SMEMBERS', dkey)
+        redis.call('DEL', dkey)
+      end
+      if keep then
+        redis.call('HSET', key, 'state', 'done', 'finished_at', at)
+        if type(item[7]) == 'string' then redis.call('HSET', key, 'result', item[7]) end
+        move(id, f[5], 'inflight', 'done')
+        done[#done + 1] = at
+        done[#done + 1] = id
+      else
+        delete_job(id, f[3])
+      end
+      if waiting then release(waiting, at) end
+      ended[#ended + 1] = id
+    elseif outcome == 'dead' then
+      redis.call('HSET', key, 'state', 'dead', 'finished_at', at)
+      move(id, f[5], 'inflight', 'dead')
+      if has_err then
+        redis.call('HSET', key, 'last_error', err)
+      else
+        redis.call('HDEL', key, 'last_error')
+      end
+      dead[#dead + 1] = at
+      dead[#dead + 1] = id
+      ended[#ended + 1] = id
+    elseif outcome == 'retry' then
+      redis.call('HSET', key, 'state', 'pending', 'available_at', at)
+      move(id, f[5], 'inflight', 'pending')
+      if has_err then
+        redis.call('HSET', key, 'last_error', err)
+      else
+        redis.call('HDEL', key, 'last_error')
+      end
+      woken = woken + pend(id, at, f[4], f[5], now)
+    else -- release: the interrupted attempt is given back
+      local attempts = tonumber(f[6]) - 1
+      if attempts < 0 then attempts = 0 end
+      redis.call('HSET', key, 'state', 'pending', 'available_at', at, 'attempts', itext(attempts))
+      move(id, f[5], 'inflight', 'pending')
+      if has_err then redis.call('HSET', key, 'last_error', err) end
+      woken = woken + pend(id, at, f[4], f[5], now)
+    end
+  end
+end
+bulk('ZREM', K_INFLIGHT, settled)
+bulk('ZADD', K_DONE, done)
+bulk('ZADD', K_DEAD, dead)
+flush()
+signal(woken)
+announce(ended)
+return table.concat(res)
