@@ -43,6 +43,7 @@ import attrs
 from ._clock import to_datetime
 from ._codec import Codec, dumps, place
 from ._ids import new_job_id
+from ._job_meta import BATCH_KEY, TIMEOUT_KEY, JobMeta
 from ._job_seals import CONTEXT_META_KEY, TASK_META_KEY, meta_text, seal_jobs
 from ._records import RecordStore, decode_value
 from ._runtime import BackendRuntime
@@ -56,7 +57,7 @@ if TYPE_CHECKING:
 
 __all__ = ["BATCH_META_KEY", "Batch", "PendingBatch", "batch_of", "on_batch_job", "skip_job"]
 
-BATCH_META_KEY: Final = "batch"
+BATCH_META_KEY: Final = BATCH_KEY
 """The job meta key holding a batch job's batch id."""
 
 _BATCH, _FAILED, _FLAG = "batch", "batch-failed", "batch-flag"
@@ -215,10 +216,7 @@ def to_dispatches(owner: Queue, jobs: Iterable[Any]) -> tuple[PendingDispatch, .
 
 def batch_of(stored: StoredJob) -> str | None:
     """The batch id of a stored job, if it belongs to one."""
-    from ._execution import _meta
-
-    value = _meta(stored).get(BATCH_META_KEY)
-    return value if isinstance(value, str) else None
+    return JobMeta.parse(stored.meta).batch
 
 
 # -- the queue's side ---------------------------------------------------------------------------
@@ -417,7 +415,6 @@ async def prune(runtime: BackendRuntime, older_than: float) -> int:
 async def _dispatch_callback(
     runtime: BackendRuntime, spec: Mapping[str, Any], batch_id: str
 ) -> None:
-    from ._timeouts import TIMEOUT_KEY
 
     meta: dict[str, Any] = {TASK_META_KEY: spec["task"], CONTEXT_META_KEY: {"batch_id": batch_id}}
     if spec.get("timeout") is not None:
@@ -442,9 +439,9 @@ async def _dispatch_callback(
 
 
 # -- the worker's side ----------------------------------------------------------------------------
-async def skip_job(runtime: BackendRuntime, stored: StoredJob) -> bool:
-    """Whether a batch job must complete without running (its batch was cancelled)."""
-    batch_id = batch_of(stored)
+async def skip_job(runtime: BackendRuntime, batch_id: str | None) -> bool:
+    """Whether a job of batch ``batch_id`` (``None``: of none) must complete without running
+    (its batch was cancelled)."""
     if batch_id is None or not runtime.backend.capabilities.records:
         return False
     now = runtime.clock.now()
@@ -460,10 +457,14 @@ async def skip_job(runtime: BackendRuntime, stored: StoredJob) -> bool:
 
 
 async def on_batch_job(
-    runtime: BackendRuntime, stored: StoredJob, outcome: str, error: str | None
+    runtime: BackendRuntime,
+    stored: StoredJob,
+    batch_id: str | None,
+    outcome: str,
+    error: str | None,
 ) -> None:
-    """Count a batch job that ended (``done`` / ``dead``) and fire the callbacks it triggers."""
-    batch_id = batch_of(stored)
+    """Count a job of batch ``batch_id`` that ended (``done`` / ``dead``) and fire the
+    callbacks it triggers."""
     if batch_id is None or outcome not in ("done", "dead"):
         return
     if not runtime.backend.capabilities.records:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import json
 import logging
 import traceback
 import weakref
@@ -18,20 +17,16 @@ import attrs
 
 from ._audit import error_type
 from ._backoff import parse_backoff
+from ._batches import on_batch_job, skip_job
 from ._clock import to_datetime
 from ._context import JobContext, LeaseState, SyncJobContext
-from ._job_seals import (
-    CONTEXT_META_KEY,
-    TASK_META_KEY,
-    error_place,
-    open_context,
-    payload_place_of,
-)
+from ._job_meta import JobMeta
+from ._job_seals import error_place, open_context, payload_place_of
 from ._models import DeadLetter, Job
 from ._results import encode_result
 from ._runtime import BackendRuntime
 from ._tasks import TaskRegistry
-from ._timeouts import run_within, timeout_error, timeout_of
+from ._timeouts import run_within, timeout_error
 from .abc import Lease, Settlement, StoredJob
 from .errors import QueueError, SealKeyMissingError
 
@@ -43,22 +38,12 @@ Handler = Callable[[Job, Any], Any]
 _MAX_ERROR = 16_384
 
 
-def _meta(stored: StoredJob) -> dict[str, Any]:
-    if not stored.meta:
-        return {}
-    try:
-        value = json.loads(stored.meta)
-    except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}
-
-
-def to_job(runtime: BackendRuntime, stored: StoredJob) -> Job:
-    """The job a handler sees.  Raises ``queue/unseal-failed`` when its payload or context
-    does not open for it (tampered with), :class:`SealKeyMissingError` when sealed with a key
-    this process lacks."""
-    meta = _meta(stored)
-    task = meta.get(TASK_META_KEY)
+def to_job(runtime: BackendRuntime, stored: StoredJob, meta: JobMeta | None = None) -> Job:
+    """The job a handler sees (``meta``: ``stored.meta`` parsed, when the caller has it).
+    Raises ``queue/unseal-failed`` when its payload or context does not open for it (tampered
+    with), :class:`SealKeyMissingError` when sealed with a key this process lacks."""
+    if meta is None:
+        meta = JobMeta.parse(stored.meta)
     # The payload first: its place covers the meta, so a rewritten task name fails here.
     payload = runtime.codec.decode_payload(stored.payload, payload_place_of(stored))
     return Job(
@@ -74,8 +59,8 @@ def to_job(runtime: BackendRuntime, stored: StoredJob) -> Job:
         available_at=to_datetime(stored.available_at),
         last_error=runtime.codec.decode_error(stored.last_error, error_place(stored)),
         flow_id=stored.flow_id,
-        task=task if isinstance(task, str) else None,
-        context=open_context(runtime.codec, meta.get(CONTEXT_META_KEY), stored),
+        task=meta.task,
+        context=open_context(runtime.codec, meta.context, stored),
         group_key=stored.group_key,
     )
 
@@ -112,6 +97,8 @@ class Attempt:
 
     lease: Lease
     state: LeaseState
+    meta: JobMeta
+    """The job's ``meta``, parsed once for the whole attempt."""
     settlement: Settlement | None = None
     error: str | None = None
     started_at: float | None = None
@@ -122,6 +109,7 @@ class Attempt:
         return cls(
             lease=lease,
             state=LeaseState(job_id=lease.job.id, token=lease.token, expires_at=lease.expires_at),
+            meta=JobMeta.parse(lease.job.meta),
         )
 
     @property
@@ -150,11 +138,10 @@ def failure(
         exc_info=exc,
     )
     if retrying:
-        meta = _meta(stored)
         backoff = runtime.backoff
-        if "backoff" in meta:
+        if attempt.meta.backoff is not None:
             try:
-                backoff = parse_backoff(meta["backoff"])
+                backoff = parse_backoff(attempt.meta.backoff)
             except QueueError:
                 log.warning("job %s has an unreadable backoff; using the backend's", stored.id)
         delay = backoff.delay(stored.attempts, stored.id)
@@ -197,7 +184,7 @@ async def run_attempt(runtime: BackendRuntime, attempt: Attempt, handler: Handle
             job_id=job.id,
             data={"attempts": job.attempts},
         )
-    seconds = timeout_of(_meta(attempt.job))
+    seconds = attempt.meta.timeout
     if seconds is None:
         return await _run_handler(runtime, attempt, handler)
     expired, settlement = await run_within(
@@ -210,20 +197,17 @@ async def run_attempt(runtime: BackendRuntime, attempt: Attempt, handler: Handle
 
 
 async def _run_handler(runtime: BackendRuntime, attempt: Attempt, handler: Handler) -> Settlement:
-    if attempt.job.meta and '"batch"' in attempt.job.meta:
-        from ._batches import skip_job
-
-        if await skip_job(runtime, attempt.job):
-            # Its batch was cancelled: done without running (the batch counts it processed).
-            return Settlement(
-                job_id=attempt.job.id,
-                token=attempt.lease.token,
-                outcome="done",
-                at=runtime.clock.now(),
-                keep=runtime.retain_done > 0,
-            )
+    if attempt.meta.batch is not None and await skip_job(runtime, attempt.meta.batch):
+        # Its batch was cancelled: done without running (the batch counts it processed).
+        return Settlement(
+            job_id=attempt.job.id,
+            token=attempt.lease.token,
+            outcome="done",
+            at=runtime.clock.now(),
+            keep=runtime.retain_done > 0,
+        )
     try:
-        job = to_job(runtime, attempt.job)
+        job = to_job(runtime, attempt.job, attempt.meta)
     except SealKeyMissingError as exc:
         # Not the job's fault but this process's: hand it back untouched (the attempt given
         # back) and stop leasing here, so a worker missing a key never drains the queue.
@@ -361,7 +345,7 @@ async def settle(
             counts.stale += 1
             continue
         observe(runtime, a, outcome)
-        if outcome in ("done", "dead") and a.job.meta and '"batch"' in a.job.meta:
+        if outcome in ("done", "dead") and a.meta.batch is not None:
             await _count_in_batch(runtime, a, outcome)
         if runtime.events.wants(_EVENT_OF[outcome]):
             emit_settled(runtime, a, outcome)
@@ -378,10 +362,8 @@ async def settle(
 
 
 async def _count_in_batch(runtime: BackendRuntime, attempt: Attempt, outcome: str) -> None:
-    from ._batches import on_batch_job
-
     try:
-        await on_batch_job(runtime, attempt.job, outcome, attempt.error)
+        await on_batch_job(runtime, attempt.job, attempt.meta.batch, outcome, attempt.error)
     except QueueError as exc:
         # The job's own settlement is stored; its batch misses this count (logged loudly).
         log.error("batch of job %s not updated: %s", attempt.job.id, exc)

@@ -20,13 +20,13 @@ from typing import Any
 import attrs
 
 from ._ids import new_id
+from ._job_meta import FLOW_NAME_KEY, JobMeta
 from ._models import FlowChild
 from .abc import NewJob
 from .errors import BadArgumentError, FlowError
 
 __all__ = ["FLOW_NAME_KEY", "flow_name", "parse_flow", "plan_flow", "with_flow_name"]
 
-FLOW_NAME_KEY = "flow_name"
 """The ``meta`` key holding a child's name within its flow."""
 
 _CHILD_KEYS = frozenset(field.name for field in attrs.fields(FlowChild))
@@ -153,14 +153,7 @@ def with_flow_name(meta: str | None, name: str) -> str:
 
 def flow_name(meta: str | None) -> str | None:
     """The flow name stored by :func:`with_flow_name`, if ``meta`` holds one."""
-    if not meta:
-        return None
-    try:
-        value = json.loads(meta)
-    except ValueError:
-        return None
-    name = value.get(FLOW_NAME_KEY) if isinstance(value, dict) else None
-    return name if isinstance(name, str) else None
+    return JobMeta.parse(meta).flow_name
 
 
 @attrs.frozen(kw_only=True)

@@ -19,6 +19,7 @@ from typing import Any
 import attrs
 
 from ._codec import Codec, dumps, job_place, payload_place
+from ._job_meta import CONTEXT_KEY, TASK_KEY
 from .abc import NewJob, StoredJob
 from .errors import BadArgumentError
 
@@ -32,9 +33,9 @@ __all__ = [
     "seal_jobs",
 ]
 
-#: Keys of the job ``meta`` object that belong to the task layer.
-TASK_META_KEY = "task"
-CONTEXT_META_KEY = "context"
+#: Keys of the job ``meta`` object that belong to the task layer (see :mod:`._job_meta`).
+TASK_META_KEY = TASK_KEY
+CONTEXT_META_KEY = CONTEXT_KEY
 
 
 def meta_text(codec: Codec, fields: Mapping[str, Any], queue: str, job_id: str) -> str | None:

@@ -8,29 +8,17 @@ timeout without anybody waiting ten minutes.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import anyio
 
+from ._job_meta import TIMEOUT_KEY
 from .abc import Clock
 
-__all__ = ["TIMEOUT_KEY", "run_within", "timeout_error", "timeout_of"]
+__all__ = ["TIMEOUT_KEY", "run_within", "timeout_error"]
 
 T = TypeVar("T")
-
-TIMEOUT_KEY = "timeout"
-"""The ``meta`` key holding a job's handler timeout in seconds."""
-
-
-def timeout_of(meta: dict[str, Any]) -> float | None:
-    """The timeout stored in a job's decoded ``meta``; ``None`` when it has none (or one no
-    version of the core could have written, which is then ignored rather than fatal)."""
-    value = meta.get(TIMEOUT_KEY)
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value) if math.isfinite(value) and value > 0 else None
 
 
 def timeout_error(seconds: float) -> str:
