@@ -12,7 +12,7 @@ import logging
 import re
 from collections.abc import Iterable, Mapping
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import attrs
 
@@ -85,6 +85,20 @@ class AuditEvent:
 
 class AuditSink(Protocol):
     async def emit(self, event: AuditEvent) -> None: ...
+
+
+@runtime_checkable
+class ChainedSink(Protocol):
+    """A sink keeping a keyed chain (``JsonlAuditSink``): the queue hands it the seal keys and
+    prepares it at start; logging sinks anchor its head.  Told apart by what it can do, so this
+    module need not import the file sink's."""
+
+    head: Any
+    """The chain's head after the sink's last write (``None`` before its first)."""
+
+    def use_seal_keys(self, keys: Mapping[str, bytes] | None) -> None: ...
+
+    async def prepare(self) -> None: ...
 
 
 class LoggingAuditSink:
@@ -179,10 +193,8 @@ class Auditor:
         file sinks its keys (when they outlive this process) and let them pick their key and
         check their path (one that cannot work raises ``queue/invalid-config``, failing the
         start); anchor the logging sinks to the file sinks.  Other sinks are left alone."""
-        from ._audit_file import JsonlAuditSink
-
         seal_keys = _durable_keys(seal)
-        files = [sink for sink in self.sinks if isinstance(sink, JsonlAuditSink)]
+        files = [sink for sink in self.sinks if isinstance(sink, ChainedSink)]
         for file_sink in files:
             file_sink.use_seal_keys(seal_keys)
             await file_sink.prepare()

@@ -17,19 +17,17 @@ import hashlib
 import hmac
 import json
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from ._validation import check_payload
 from .errors import BadArgumentError, QueueError, SealKeyMissingError
-
-if TYPE_CHECKING:
-    from ._sealing import Sealer
 
 __all__ = [
     "LEASE_EXPIRED",
     "Codec",
     "JsonCodec",
     "SealedCodec",
+    "Sealer",
     "compact_json",
     "dumps",
     "job_place",
@@ -114,6 +112,26 @@ def payload_place(queue: str, job_id: str, flow_id: str | None, meta: str | None
         f"7:payload\n{len(queue)}:{queue}\n{len(job_id)}:{job_id}\n{len(flow)}:{flow}\n"
         f"{len(rest)}:{rest}"
     ).encode()
+
+
+class Sealer(Protocol):
+    """What a sealer registered through ``blamequeue_register_sealers`` builds.
+
+    The registered value is a factory (typically the class) called with the keys, in order
+    (the first one seals): ``factory(keys: Mapping[str, bytes]) -> Sealer``.  It seals and
+    opens text; binding each value to its place is the codec's work, so any sealer gets it.
+    A sealer may also offer ``seal_many(texts) -> list[str]``, used for batches.
+    """
+
+    def seal(self, text: str) -> str:
+        """Seal ``text``; the result is stored verbatim (a str the store can hold as text)."""
+        ...
+
+    def unseal(self, envelope: str) -> str:
+        """The text sealed in ``envelope``; raise ``QueueError("queue/unseal-failed", ...)``
+        when it is not an envelope or fails authentication, and
+        :class:`~blamequeue.errors.SealKeyMissingError` when it names a key it lacks."""
+        ...
 
 
 class Codec(Protocol):
@@ -205,7 +223,7 @@ def _field_of(where: bytes) -> str:
 
 
 class SealedCodec:
-    """JSON sealed by a :class:`~blamequeue._sealing.Sealer`, each value bound to its place.
+    """JSON sealed by a :class:`Sealer`, each value bound to its place.
 
     A stored value that does not open raises ``queue/unseal-failed`` for a payload: the engine
     sends that job to the dead-letter queue, saying it was tampered with when the value opened

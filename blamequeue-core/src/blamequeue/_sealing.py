@@ -43,7 +43,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 import anyio
 import attrs
@@ -51,7 +51,7 @@ import nacl.bindings
 import nacl.exceptions
 import nacl.secret
 
-from ._codec import Codec, JsonCodec, SealedCodec
+from ._codec import Codec, JsonCodec, SealedCodec, Sealer
 from ._environment import parse_seal_keys
 from .abc import Backend
 from .errors import ConfigError, QueueError, SealKeyMissingError
@@ -94,23 +94,6 @@ _HOW_TO_SET_A_KEY = (
     'seal={"keys": {"<kid>": "<base64 key>"}} to Queue or in the backend config), or pass '
     "seal=False to store payloads as plain JSON"
 )
-
-
-class Sealer(Protocol):
-    """What a sealer registered through ``blamequeue_register_sealers`` builds.
-
-    The registered value is a factory (typically the class) called with the keys, in order
-    (the first one seals): ``factory(keys: Mapping[str, bytes]) -> Sealer``.
-    """
-
-    def seal(self, text: str) -> str:
-        """Seal ``text``; the result is stored verbatim (a str the store can hold as text)."""
-        ...
-
-    def unseal(self, envelope: str) -> str:
-        """The text sealed in ``envelope``; raise ``QueueError("queue/unseal-failed", ...)``
-        when it is not an envelope, names an unknown key, or fails authentication."""
-        ...
 
 
 SealerFactory = Callable[[Mapping[str, bytes]], Sealer]
