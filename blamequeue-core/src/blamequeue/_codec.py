@@ -19,6 +19,7 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
+from ._accelerators import json_encoder
 from ._validation import check_payload
 from .errors import BadArgumentError, QueueError, SealKeyMissingError
 
@@ -44,24 +45,24 @@ LEASE_EXPIRED = "lease expired"
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
-def _one_encoder() -> Callable[[Any], str]:
-    """One encoder for every payload and every row a backend ships as JSON.  json.dumps with
-    options builds a new one per call, and JSONEncoder.encode builds its C encoder per call too:
-    built once here (without the circular reference check, whose price is a dict per call: a
-    cycle still fails, as RecursionError), it costs a third.  Where the C accelerator is
-    missing, the encoder's own encode."""
-    make = getattr(json.encoder, "c_make_encoder", None)
-    if make is None:
-        return _ENCODER.encode
-    chunks = make(
-        None, _ENCODER.default, json.encoder.encode_basestring, None, ":", ",", False, False, False
-    )
-    return lambda value: "".join(chunks(value, 0))
+def _first_encode(value: Any) -> str:
+    """The first call picks the encoder for all later ones: the JSON encoder accelerator
+    (:func:`~blamequeue._accelerators.json_encoder`: built once, it costs a third of
+    ``_ENCODER.encode``, which builds its C encoder per call) when it fits this Python, else
+    the encoder's own ``encode``.  Picked at first use, never at import."""
+    global _encode
+    _encode = json_encoder(_ENCODER) or _ENCODER.encode
+    return _encode(value)
 
 
-#: Compact JSON text (``ensure_ascii=False``: text stays UTF-8; no NaN or Infinity); raises
-#: what ``json.dumps`` raises.  Backends reach it as :func:`blamequeue.abc.compact_json`.
-compact_json: Callable[[Any], str] = _one_encoder()
+_encode: Callable[[Any], str] = _first_encode
+
+
+def compact_json(value: Any) -> str:
+    """Compact JSON text (``ensure_ascii=False``: text stays UTF-8; no NaN or Infinity); raises
+    what ``json.dumps`` raises (a cycle: ``RecursionError``).  Backends reach it as
+    :func:`blamequeue.abc.compact_json`."""
+    return _encode(value)
 
 
 def dumps(value: Any, max_bytes: int | None = None) -> str:
