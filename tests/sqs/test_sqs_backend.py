@@ -533,7 +533,7 @@ async def test_templated_queue_url_with_create_queues_makes_queue_and_dlq(
     async with open_queue(config) as q:
         assert await q.size("never-used") == 0  # reading does not create
         await q.enqueue("made", "x")
-        url = backend_of(q)._url_for("made")  # type: ignore[attr-defined]
+        url = backend_of(q)._router.url_for("made")  # type: ignore[attr-defined]
         attributes = await anyio.to_thread.run_sync(
             lambda: client(sqs_endpoint).get_queue_attributes(
                 QueueUrl=url, AttributeNames=["RedrivePolicy"]

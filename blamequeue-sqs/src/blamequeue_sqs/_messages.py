@@ -10,7 +10,9 @@ readable without parsing the body, and stay under SQS's limit of 10 per message:
   beyond SQS's 900 s: it is re-parked until this time and never handed to a handler;
 * ``bq-last-error`` (String): on a dead-letter copy, the sealed last error.
 
-A dead-letter copy's body also carries ``attempts`` and ``failed_at``.
+A dead-letter copy's body also carries ``attempts`` and ``failed_at``; a job sent again to its
+queue (a release) carries ``attempts_before``, the attempts its earlier messages used.  Every
+message built here is an entry of a ``SendMessageBatch`` (without its ``Id``).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import hashlib
 import json
 import math
 import re
+import secrets
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Final
 
@@ -30,17 +33,26 @@ __all__ = [
     "ATTR_ERROR",
     "ATTR_JOB_ID",
     "ATTR_PARK_UNTIL",
+    "DEFAULT_MAX_MESSAGE_BYTES",
+    "MAX_BATCH_ENTRIES",
     "MAX_DELAY_SECONDS",
     "MAX_VISIBILITY_SECONDS",
     "Decoded",
+    "attempts_of",
     "body_of",
     "ceil_seconds",
     "chunk_entries",
+    "dead_entry",
     "decode",
     "encode_body",
     "entry_size",
+    "fresh_entry",
     "group_id",
+    "job_attributes",
     "number_attribute",
+    "receipt_seconds_left",
+    "receive_request",
+    "resend_fields",
     "stored_job",
     "string_attribute",
 ]
@@ -55,6 +67,11 @@ MAX_DELAY_SECONDS = 900
 MAX_VISIBILITY_SECONDS = 43_200
 """SQS's longest visibility timeout (12 h) for one receipt."""
 MAX_BATCH_ENTRIES: Final = 10
+DEFAULT_MAX_MESSAGE_BYTES: Final = 262_144
+"""SQS's message size limit unless the queue's MaximumMessageSize says less."""
+
+# The system attributes decode() reads: every receive asks for them.
+_SYSTEM_ATTRIBUTES: Final = ("ApproximateReceiveCount", "SentTimestamp")
 
 # MessageGroupId: 1-128 alphanumeric or punctuation characters.
 _GROUP_ID: Final = re.compile(r"[!-~]{1,128}")
@@ -69,6 +86,20 @@ def group_id(queue: str, job_id: str, mode: str) -> str:
     if _GROUP_ID.fullmatch(queue):
         return queue
     return "q-" + hashlib.sha256(queue.encode("utf-8")).hexdigest()[:40]
+
+
+def receive_request(url: str, *, want: int, visibility: int, wait: int) -> dict[str, Any]:
+    """The parameters of a ReceiveMessage of up to ``want`` messages of ``url``, hidden
+    ``visibility`` seconds, waiting up to ``wait`` seconds for one: with every attribute
+    :func:`decode` reads."""
+    return {
+        "QueueUrl": url,
+        "MaxNumberOfMessages": want,
+        "VisibilityTimeout": visibility,
+        "WaitTimeSeconds": wait,
+        "MessageAttributeNames": ["All"],
+        "AttributeNames": list(_SYSTEM_ATTRIBUTES),
+    }
 
 
 def body_of(job: NewJob) -> dict[str, Any]:
@@ -98,6 +129,11 @@ def string_attribute(value: str) -> dict[str, str]:
 
 def number_attribute(value: float) -> dict[str, str]:
     return {"DataType": "Number", "StringValue": repr(float(value))}
+
+
+def job_attributes(job_id: str) -> dict[str, dict[str, str]]:
+    """The message attributes of every message of a job: its id (``bq-job-id``)."""
+    return {ATTR_JOB_ID: string_attribute(job_id)}
 
 
 def entry_size(entry: Mapping[str, Any]) -> int:
@@ -133,6 +169,12 @@ def ceil_seconds(seconds: float) -> int:
     if seconds <= 0:
         return 0
     return math.ceil(round(seconds, 6))
+
+
+def receipt_seconds_left(received_at: float, now: float) -> int:
+    """The longest visibility timeout SQS still takes for a receipt made at ``received_at``:
+    one receipt holds its message 12 h at most (a second kept in hand for rounding)."""
+    return max(0, MAX_VISIBILITY_SECONDS - ceil_seconds(now - received_at) - 1)
 
 
 @attrs.frozen(kw_only=True)
@@ -232,3 +274,66 @@ def stored_job(
         meta=_text(body, "meta"),
         finished_at=finished_at,
     )
+
+
+def attempts_of(decoded: Decoded, receive_count: int | None = None) -> int:
+    """The job's attempts: SQS's receive count, plus attempts made on earlier messages of the
+    same job (a message re-sent when a worker released it at shutdown)."""
+    before = decoded.body.get("attempts_before", 0)
+    count = decoded.receive_count if receive_count is None else receive_count
+    return count + (before if isinstance(before, int) and before > 0 else 0)
+
+
+def resend_fields(
+    entry: dict[str, Any], decoded: Decoded | None, *, fifo: bool, message_group: str
+) -> dict[str, Any]:
+    """``entry`` with what a FIFO queue needs of a message sent again (``decoded``, or
+    ``None`` for a message blamequeue did not write): its group, and a fresh deduplication
+    id, so SQS does not drop it as a copy of the original."""
+    if fifo:
+        if decoded is not None:
+            entry["MessageGroupId"] = group_id(decoded.queue, decoded.job_id, message_group)
+            entry["MessageDeduplicationId"] = f"{decoded.job_id}.{secrets.token_hex(8)}"
+        else:
+            entry["MessageGroupId"] = "foreign"
+            entry["MessageDeduplicationId"] = secrets.token_hex(16)
+    return entry
+
+
+def dead_entry(
+    decoded: Decoded,
+    *,
+    attempts: int,
+    at: float,
+    error: str | None,
+    fifo: bool,
+    message_group: str,
+) -> dict[str, Any]:
+    """The dead-letter copy of a job: ``attempts`` and ``failed_at`` in its body, the sealed
+    ``error`` in the ``bq-last-error`` attribute."""
+    body = {key: value for key, value in decoded.body.items() if key != "attempts_before"}
+    body["attempts"] = attempts
+    body["failed_at"] = at
+    attributes = job_attributes(decoded.job_id)
+    if error is not None:
+        attributes[ATTR_ERROR] = string_attribute(error)
+    entry = {"MessageBody": encode_body(body), "MessageAttributes": attributes}
+    return resend_fields(entry, decoded, fifo=fifo, message_group=message_group)
+
+
+def fresh_entry(
+    decoded: Decoded, *, attempts_before: int, fifo: bool, message_group: str
+) -> dict[str, Any]:
+    """A new message for a job going back to its queue (fresh receive count)."""
+    body = {
+        key: value
+        for key, value in decoded.body.items()
+        if key not in ("attempts", "failed_at", "attempts_before")
+    }
+    if attempts_before > 0:
+        body["attempts_before"] = attempts_before
+    entry = {
+        "MessageBody": encode_body(body),
+        "MessageAttributes": job_attributes(decoded.job_id),
+    }
+    return resend_fields(entry, decoded, fifo=fifo, message_group=message_group)

@@ -20,6 +20,7 @@ from blamequeue.errors import ConfigError
 __all__ = [
     "DEFAULT_MAX_IN_FLIGHT",
     "DEFAULT_MAX_RECEIVE_COUNT",
+    "MAX_WAIT_SECONDS",
     "QUEUE_PLACEHOLDER",
     "MessageGroup",
     "SqsOptions",
@@ -33,7 +34,8 @@ DEFAULT_DLQ_SCAN_WAIT: Final = 1
 QUEUE_PLACEHOLDER: Final = "{queue}"
 # SQS's own limits.
 _MAX_RECEIVE_COUNT_LIMIT: Final = 1000
-_MAX_WAIT_SECONDS: Final = 20
+MAX_WAIT_SECONDS: Final = 20
+"""SQS's longest WaitTimeSeconds of a receive (long polling)."""
 _KNOWN: Final = (
     "queue_url",
     "queue_urls",
@@ -233,5 +235,5 @@ def parse_options(options: Mapping[str, Any]) -> SqsOptions:
             options, "max_receive_count", DEFAULT_MAX_RECEIVE_COUNT, 1, _MAX_RECEIVE_COUNT_LIMIT
         ),
         message_group=message_group,
-        dlq_scan_wait=_int(options, "dlq_scan_wait", DEFAULT_DLQ_SCAN_WAIT, 0, _MAX_WAIT_SECONDS),
+        dlq_scan_wait=_int(options, "dlq_scan_wait", DEFAULT_DLQ_SCAN_WAIT, 0, MAX_WAIT_SECONDS),
     )

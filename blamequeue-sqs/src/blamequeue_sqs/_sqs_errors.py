@@ -12,6 +12,7 @@ kept as its ``__cause__`` (:func:`~blamequeue_sqs._options.redacted`).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Final
 
 import botocore.exceptions
@@ -19,7 +20,14 @@ import botocore.exceptions
 from blamequeue.errors import BackendUnavailableError, BadArgumentError, ConfigError, QueueError
 from blamequeue_sqs._options import redacted
 
-__all__ = ["error_code", "error_message", "is_missing_queue", "is_stale", "map_error"]
+__all__ = [
+    "entry_failure",
+    "error_code",
+    "error_message",
+    "is_missing_queue",
+    "is_stale",
+    "map_error",
+]
 
 _PREFIX: Final = "AWS.SimpleQueueService."
 
@@ -87,6 +95,11 @@ def error_message(exc: BaseException) -> str:
     if isinstance(response, dict):
         return str(response.get("Error", {}).get("Message", "")) or str(exc)
     return str(exc)
+
+
+def entry_failure(failure: Mapping[str, Any]) -> str:
+    """One failed entry of a batch answer (``{"Code": …, "Message": …}``), as ``Code: text``."""
+    return f"{failure.get('Code')}: {failure.get('Message', '')}"
 
 
 def is_stale(code: str, message: str) -> bool:

@@ -1,8 +1,12 @@
-"""boto3 calls from anyio worker threads, and a client wrapper that counts SQS requests."""
+"""boto3 calls from anyio worker threads (:class:`SqsTransport`: single calls, the batch
+calls every part of the backend makes, moving messages between queues), the backend's hold on
+its transport while it is open (:class:`Connection`), and a client wrapper that counts SQS
+requests (:class:`CountingClient`)."""
 
 from __future__ import annotations
 
 import functools
+import logging
 import re
 import threading
 from collections import Counter
@@ -11,11 +15,22 @@ from typing import Any, Final, TypeVar
 
 import anyio
 import anyio.to_thread
+import attrs
 
-from blamequeue_sqs._messages import MAX_BATCH_ENTRIES
-from blamequeue_sqs._sqs_errors import map_error
+from blamequeue.errors import BackendUnavailableError, QueueError
+from blamequeue_sqs._messages import DEFAULT_MAX_MESSAGE_BYTES, MAX_BATCH_ENTRIES, chunk_entries
+from blamequeue_sqs._sqs_errors import entry_failure, map_error
 
-__all__ = ["NO_BOTOCORE_RETRIES", "CountingClient", "SqsTransport", "botocore_tries"]
+__all__ = [
+    "NO_BOTOCORE_RETRIES",
+    "Connection",
+    "CountingClient",
+    "SqsTransport",
+    "botocore_tries",
+    "group_by",
+]
+
+log = logging.getLogger("blamequeue.sqs")
 
 #: The ``retries`` of every boto3 client the backend makes: one try per request, so the
 #: backend's ``retry`` policy is the only one that retries and the breaker hears of every fault.
@@ -25,7 +40,17 @@ _DEFAULT_TRIES: Final = {"legacy": 5, "standard": 3, "adaptive": 3}
 
 T = TypeVar("T")
 
+K = TypeVar("K")
+
 _CAMEL = re.compile(r"(?<!^)(?=[A-Z])")
+
+
+def group_by(items: Sequence[T], key: Callable[[T], K]) -> dict[K, list[T]]:
+    """``items`` by ``key`` (a queue URL, mostly: SQS batch calls name one queue), in order."""
+    grouped: dict[K, list[T]] = {}
+    for item in items:
+        grouped.setdefault(key(item), []).append(item)
+    return grouped
 
 
 def method_name(action: str) -> str:
@@ -109,6 +134,97 @@ class SqsTransport:
         return await anyio.to_thread.run_sync(
             work, abandon_on_cancel=abandon_on_cancel, limiter=self.limiter
         )
+
+    def show_again_sync(self, url: str, receipts: Sequence[str]) -> int:
+        """Make received messages visible again at once (visibility 0), in this thread;
+        returns how many SQS accepted."""
+        entries = [{"ReceiptHandle": receipt, "VisibilityTimeout": 0} for receipt in receipts]
+        applied, _failed = self.batch_sync("ChangeMessageVisibilityBatch", url, entries)
+        return len(applied)
+
+    async def show_again(self, url: str, receipts: Sequence[str]) -> int:
+        """:meth:`show_again_sync` in a worker thread."""
+        return await self.run(functools.partial(self.show_again_sync, url, receipts))
+
+    async def delete(self, url: str, receipts: Sequence[str]) -> int:
+        """Delete received messages by receipt; returns how many SQS accepted."""
+        entries = [{"ReceiptHandle": receipt} for receipt in receipts]
+        applied, _failed = await self.batch("DeleteMessageBatch", url, entries)
+        return len(applied)
+
+    async def count(self, url: str, names: Sequence[str]) -> int:
+        """The sum of the queue's approximate message counts ``names`` (GetQueueAttributes)."""
+        response = await self.call("GetQueueAttributes", QueueUrl=url, AttributeNames=list(names))
+        attributes = response.get("Attributes", {})
+        return sum(int(attributes.get(name, 0)) for name in names)
+
+    async def send_batch(
+        self, url: str, chunk: Sequence[dict[str, Any]]
+    ) -> tuple[list[dict[str, Any]], list[tuple[dict[str, Any], dict[str, Any]]]]:
+        """One SendMessageBatch of ``chunk`` (entries with their ``Id``, see
+        :func:`~blamequeue_sqs._messages.chunk_entries`): the entries SQS stored, and those it
+        refused with its failure (``Code``, ``Message``, ``SenderFault``)."""
+        response = await self.call("SendMessageBatch", QueueUrl=url, Entries=list(chunk))
+        by_id = {entry["Id"]: entry for entry in chunk}
+        sent = [by_id[item["Id"]] for item in response.get("Successful", [])]
+        failed = [(by_id[item["Id"]], item) for item in response.get("Failed", [])]
+        return sent, failed
+
+    async def move(
+        self, source_url: str, moves: Sequence[tuple[str, str, dict[str, Any]]]
+    ) -> set[str]:
+        """Send each entry of ``moves`` (receipt, target URL, entry) to its target queue, then
+        delete the original message (by receipt) from ``source_url``.  Returns the receipts
+        moved.  Not atomic: a crash between the two leaves both (at least once)."""
+        moved: list[str] = []
+        problems: list[str] = []
+        for target, items in group_by(moves, lambda move: move[1]).items():
+            entries = [
+                {**entry, "Id": str(n)} for n, (_receipt, _target, entry) in enumerate(items)
+            ]
+            receipts = {str(n): receipt for n, (receipt, _target, _entry) in enumerate(items)}
+            for chunk in chunk_entries(entries, DEFAULT_MAX_MESSAGE_BYTES):
+                sent, failed = await self.send_batch(target, chunk)
+                moved += [receipts[entry["Id"]] for entry in sent]
+                problems += [entry_failure(failure) for _entry, failure in failed]
+        if moved:
+            _deleted, not_deleted = await self.batch(
+                "DeleteMessageBatch", source_url, [{"ReceiptHandle": r} for r in moved]
+            )
+            for failure in not_deleted.values():
+                log.warning(
+                    "%s: moved a message but could not delete the original (%s); it may be "
+                    "delivered again",
+                    self._where,
+                    failure.get("Code"),
+                )
+        if problems:
+            raise BackendUnavailableError(
+                f"{self._where}: SQS refused to take {len(problems)} message(s): "
+                f"{'; '.join(problems[:3])}"
+            )
+        return set(moved)
+
+
+@attrs.define(eq=False)
+class Connection:
+    """The backend's transport while it is open (``None`` before :meth:`open` and after
+    ``close``): every part of the backend reaches SQS through the one connection it shares."""
+
+    where: str
+    """How messages name the backend: ``sqs backend 'name'``."""
+    transport: SqsTransport | None = None
+
+    def require(self) -> SqsTransport:
+        """The transport; ``queue/not-initialized`` when the backend is not open."""
+        transport = self.transport
+        if transport is None:
+            raise QueueError(
+                "queue/not-initialized",
+                f"{self.where} is not open: use 'async with queue:' or await queue.start() "
+                f"before calling it",
+            )
+        return transport
 
 
 class CountingClient:

@@ -1,0 +1,505 @@
+"""Receiving: leases are ReceiveMessage batches.
+
+:class:`Receiver` owns what comes in from SQS:
+
+* **lease**: ReceiveMessage (up to 10 per call, several calls for a larger batch) with the
+  lease, rounded up to whole seconds, as VisibilityTimeout; each job handed out is recorded
+  with the :class:`~blamequeue_sqs._settling.Settler` (the receipt handle is the lease token);
+* **the stash**: messages received but not handed out yet (by an idle long poll, or by a
+  receive whose caller was cancelled), handed out by the next lease; never forgotten (a
+  forgotten message would stay hidden for a whole lease, an attempt spent);
+* **long polling** (:meth:`Receiver.wait_for_work`): a ReceiveMessage with WaitTimeSeconds,
+  which runs on in its worker thread after its waiter is cancelled;
+* **messages a lease must not hand out** (:class:`Chores`): copies of a job done or handed out
+  here (DeleteMessageBatch), placeholders of a job delayed beyond SQS's 900 s (re-parked:
+  ChangeMessageVisibilityBatch, or a move of the real message once it is due within 900 s),
+  jobs out of attempts whose worker died and messages blamequeue did not write (moved to the
+  dead-letter queue).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+from collections import deque
+from collections.abc import Sequence
+from typing import Any, Final
+
+import anyio
+import anyio.from_thread
+import attrs
+
+from blamequeue.abc import Clock, Lease, StoredJob
+from blamequeue.errors import QueueError
+from blamequeue_sqs import _messages as messages
+from blamequeue_sqs._messages import (
+    MAX_BATCH_ENTRIES,
+    Decoded,
+    attempts_of,
+    ceil_seconds,
+    dead_entry,
+    decode,
+    encode_body,
+    job_attributes,
+    receive_request,
+    resend_fields,
+    stored_job,
+)
+from blamequeue_sqs._options import MAX_WAIT_SECONDS, SqsOptions
+from blamequeue_sqs._routing import Route, Router
+from blamequeue_sqs._settling import MOVE_VISIBILITY, Held, Settler
+from blamequeue_sqs._transport import Connection, SqsTransport, group_by
+
+__all__ = ["Chores", "Received", "Receiver", "close_client"]
+
+log = logging.getLogger("blamequeue.sqs")
+
+# A received message handed out with less than this left of its visibility could be
+# received by someone else before its handler starts: it is left to come back instead.
+_MIN_LEASE_LEFT: Final = 1.0
+# The idle long poll asks for this lease when no lease call told it better.
+_DEFAULT_VISIBILITY: Final = 30
+
+
+@attrs.define(eq=False)
+class Received:
+    """A message received and not yet handed out."""
+
+    route: Route
+    message: dict[str, Any]
+    received_at: float
+    expires_at: float
+
+    @property
+    def receipt(self) -> str:
+        return str(self.message["ReceiptHandle"])
+
+
+@attrs.define(eq=False)
+class _Box:
+    """Where a receive running in a worker thread leaves its messages.  If the awaiting task
+    was cancelled, whoever finishes last puts them in the stash: a received message is never
+    forgotten (it would stay hidden for a whole lease, an attempt spent)."""
+
+    messages: list[Received] = attrs.field(factory=list)
+    done: bool = False
+    orphan: bool = False
+
+
+@attrs.define(eq=False)
+class Chores:
+    """Messages a lease received but must not hand out."""
+
+    foreign: list[Received] = attrs.field(factory=list)
+    parked: list[tuple[Received, Decoded]] = attrs.field(factory=list)
+    exhausted: list[tuple[Received, Decoded]] = attrs.field(factory=list)
+    copies: list[Received] = attrs.field(factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.foreign or self.parked or self.exhausted or self.copies)
+
+
+def close_client(client: Any) -> None:
+    """Close a boto3 client the backend made (best effort; blocking)."""
+    close = getattr(client, "close", None)
+    if callable(close):
+        try:
+            close()
+        except Exception as exc:  # closing is best effort; the sockets go with the client
+            log.debug("closing the boto3 client failed: %r", exc)
+
+
+def _set_from_thread(event: anyio.Event) -> None:
+    """Set ``event`` from the worker thread of a receive, if its event loop still runs."""
+    try:
+        anyio.from_thread.run_sync(event.set)
+    except Exception as exc:  # the loop is gone: nobody waits any more
+        log.debug("could not signal the end of a long poll: %r", exc)
+
+
+class Receiver:
+    """Leases, the stash of received messages, long polling, and what a lease must not hand
+    out."""
+
+    def __init__(
+        self,
+        config: SqsOptions,
+        connection: Connection,
+        router: Router,
+        settler: Settler,
+        *,
+        clock: Clock,
+    ) -> None:
+        self._config = config
+        self._clock = clock
+        self._connection = connection
+        self._router = router
+        self._settler = settler
+        # Guards the stash, the closed flag and the detached count: worker threads use them.
+        self._lock = threading.Lock()
+        self._stash: dict[str, deque[Received]] = {}
+        self._closed = False
+        self._detached = 0
+        self._close_later: Any = None
+        self._asked: dict[str, tuple[int, int]] = {}
+        # Long polls (wait_for_work) run on after their waiter is cancelled, so a same-process
+        # enqueue wakes a consumer at once: per queue URL, set once the last one returned.
+        self._polls: dict[str, anyio.Event] = {}
+        # Queue URLs whose last long poll waited its full time and found nothing: the lease
+        # right after it need not ask SQS again (an idle consumer costs one request a wait).
+        self._quiet: set[str] = set()
+        self._expired_error: str | None = None
+        self._dead_at_lease: list[StoredJob] = []
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def open(self) -> None:
+        with self._lock:
+            self._closed = False
+
+    async def close(self) -> None:
+        """Stop stashing; make the messages received but never handed out visible again now,
+        not after a lease."""
+        with self._lock:
+            self._closed = True
+            leftovers = [item for stash in self._stash.values() for item in stash]
+            self._stash.clear()
+        transport = self._connection.transport
+        if transport is not None and leftovers:
+            await transport.run(functools.partial(self._show_again_sync, transport, leftovers))
+        self._polls.clear()
+
+    def close_client_later(self, client: Any) -> bool:
+        """Leave ``client`` to the last long poll still running in a worker thread (its
+        waiter was cancelled) to close, after it shows its messages again; ``False`` when
+        none runs (close it now)."""
+        with self._lock:
+            if not self._detached:
+                return False
+            self._close_later = client
+            return True
+
+    # -- what other parts tell it ----------------------------------------------------------
+    def expect(self, route: Route) -> None:
+        """A message is being sent to ``route``: the next lease asks SQS again."""
+        self._quiet.discard(route.url)
+
+    def drop(self, route: Route) -> None:
+        """``route`` was purged: forget what was received from it."""
+        with self._lock:
+            self._stash.pop(route.url, None)
+
+    def swept(self, expired_error: str) -> list[StoredJob]:
+        """The jobs leases dead-lettered since the last sweep (their attempts were exhausted:
+        the worker died); later ones get ``expired_error`` as their last error."""
+        self._expired_error = expired_error
+        dead, self._dead_at_lease = self._dead_at_lease, []
+        return dead
+
+    # -- leasing ---------------------------------------------------------------------------
+    async def lease(
+        self, queue: str, *, limit: int, now: float, lease_seconds: float
+    ) -> list[Lease]:
+        self._connection.require()
+        if limit <= 0:
+            return []
+        route = await self._router.require(queue)
+        visibility = min(max(1, ceil_seconds(lease_seconds)), messages.MAX_VISIBILITY_SECONDS)
+        expires_at = now + min(lease_seconds, messages.MAX_VISIBILITY_SECONDS)
+        self._asked[queue] = (visibility, limit)
+        leases: list[Lease] = []
+        chores = Chores()
+        received = self._take_stash(route, limit, now)
+        self._classify(received, leases, chores)
+        # Copies are deleted, not handed out: they leave room for more.
+        count = len(received) - len(chores.copies)
+        if route.url in self._quiet:
+            self._quiet.discard(route.url)
+            if not received:
+                return []
+        while count < limit:
+            want = min(MAX_BATCH_ENTRIES, limit - count)
+            batch = await self._receive(
+                route,
+                want=want,
+                visibility=visibility,
+                wait=0,
+                received_at=now,
+                expires_at=expires_at,
+            )
+            copies = len(chores.copies)
+            self._classify(batch, leases, chores)
+            count += len(batch) - (len(chores.copies) - copies)
+            if len(batch) < want:
+                break
+        if chores:
+            try:
+                await self._do_chores(route, chores, now)
+            except QueueError as exc:
+                # They come back after their visibility timeout and are dealt with then.
+                log.warning(
+                    "%s: could not delete copies, re-park or dead-letter messages: %s",
+                    self._connection.where,
+                    exc,
+                )
+        leases.sort(key=lambda lease: lease.job.id)
+        return leases
+
+    def _classify(self, received: Sequence[Received], leases: list[Lease], chores: Chores) -> None:
+        handed = {lease.job.id for lease in leases}
+        for item in received:
+            decoded = decode(item.message)
+            if decoded is None:
+                chores.foreign.append(item)
+                continue
+            if self._settler.is_done(decoded.job_id) or decoded.job_id in handed:
+                # A copy of a job done here, or of one this lease hands out already: SQS
+                # stored a send twice.  (Not checked against leases held from earlier calls: a
+                # release re-sends its job while the old lease is still held.)
+                chores.copies.append(item)
+                continue
+            if decoded.park_until is not None:
+                chores.parked.append((item, decoded))
+                continue
+            attempts = attempts_of(decoded)
+            job = stored_job(decoded, state="inflight", attempts=attempts)
+            if attempts > job.max_attempts:
+                # Its last attempt's lease expired (the worker died): dead, like the sweep of
+                # a store-kept lease would do.
+                chores.exhausted.append((item, decoded))
+                continue
+            token = item.receipt
+            self._settler.hold(
+                Held(
+                    route=item.route,
+                    token=token,
+                    job=job,
+                    decoded=decoded,
+                    received_at=item.received_at,
+                )
+            )
+            leases.append(Lease(job=job, token=token, expires_at=item.expires_at))
+            handed.add(job.id)
+
+    async def _do_chores(self, route: Route, chores: Chores, now: float) -> None:
+        transport = self._connection.require()
+        where = self._connection.where
+        for url, copies in group_by(chores.copies, lambda item: item.route.url).items():
+            log.info(
+                "%s: deleting %d extra cop(ies) of jobs done or running here (a send SQS "
+                "stored twice)",
+                where,
+                len(copies),
+            )
+            await transport.delete(url, [copy.receipt for copy in copies])
+        moves: list[tuple[str, str, dict[str, Any]]] = []  # (receipt, target url, entry)
+        for item in chores.foreign:
+            dlq = route.dlq_url
+            if dlq is None:
+                log.warning("%s: a message on %s is not a blamequeue job", where, route.url)
+                continue
+            entry: dict[str, Any] = {"MessageBody": item.message.get("Body", "")}
+            if item.message.get("MessageAttributes"):
+                entry["MessageAttributes"] = item.message["MessageAttributes"]
+            fields = resend_fields(
+                entry, None, fifo=route.fifo, message_group=self._config.message_group
+            )
+            moves.append((item.receipt, dlq, fields))
+        dead: dict[str, StoredJob] = {}
+        for item, decoded in chores.exhausted:
+            dlq = route.dlq_url
+            if dlq is None:
+                continue  # the RedrivePolicy backstop has it when there is one
+            attempts = attempts_of(decoded) - 1
+            error = self._expired_error
+            entry = dead_entry(
+                decoded,
+                attempts=attempts,
+                at=now,
+                error=error,
+                fifo=route.fifo,
+                message_group=self._config.message_group,
+            )
+            moves.append((item.receipt, dlq, entry))
+            dead[item.receipt] = stored_job(
+                decoded, state="dead", attempts=attempts, last_error=error, finished_at=now
+            )
+        changes: list[tuple[str, int]] = []
+        for item, decoded in chores.parked:
+            assert decoded.park_until is not None
+            remaining = decoded.park_until - now
+            if remaining <= messages.MAX_DELAY_SECONDS:
+                entry = {
+                    "MessageBody": encode_body(dict(decoded.body)),
+                    "MessageAttributes": job_attributes(decoded.job_id),
+                    "DelaySeconds": ceil_seconds(remaining),
+                }
+                moves.append((item.receipt, route.url, entry))
+            elif (
+                route.max_receive_count is not None
+                and decoded.receive_count + 1 >= route.max_receive_count
+            ):
+                # Re-parked often enough to meet the RedrivePolicy: a fresh placeholder.
+                entry = {
+                    "MessageBody": item.message["Body"],
+                    "MessageAttributes": item.message.get("MessageAttributes", {}),
+                    "DelaySeconds": messages.MAX_DELAY_SECONDS,
+                }
+                moves.append((item.receipt, route.url, entry))
+            else:
+                hide = min(
+                    ceil_seconds(remaining) - messages.MAX_DELAY_SECONDS,
+                    messages.MAX_VISIBILITY_SECONDS - MOVE_VISIBILITY,
+                )
+                changes.append((item.receipt, max(1, hide)))
+        if changes:
+            await transport.batch(
+                "ChangeMessageVisibilityBatch",
+                route.url,
+                [{"ReceiptHandle": r, "VisibilityTimeout": seconds} for r, seconds in changes],
+            )
+        if moves:
+            moved = await transport.move(route.url, moves)
+            self._dead_at_lease += [job for receipt, job in dead.items() if receipt in moved]
+
+    # -- long polling ----------------------------------------------------------------------
+    async def wait_for_work(self, queue: str, *, timeout: float) -> None:
+        """Long polling: a ReceiveMessage that waits up to ``timeout`` (at most 20 s) for a
+        message from any process; what it receives waits in the stash for the next lease."""
+        wait = min(MAX_WAIT_SECONDS, int(timeout)) if timeout >= 1 else 0
+        route = None
+        if wait >= 1 and self._connection.transport is not None:
+            route = await self._router.route(queue, create=False)
+        if route is None:
+            await anyio.sleep(max(0.0, timeout))
+            return
+        with anyio.move_on_after(max(0.0, timeout)):
+            earlier = self._polls.get(route.url)
+            if earlier is not None:
+                # A long poll whose waiter was cancelled may still listen: wait for it rather
+                # than ask twice; what it receives lands in the stash.
+                await earlier.wait()
+            if self._has_stash(route):
+                return
+            visibility, limit = self._asked.get(queue, (_DEFAULT_VISIBILITY, MAX_BATCH_ENTRIES))
+            now = self._clock.now()
+            done = self._polls[route.url] = anyio.Event()
+            got = await self._receive(
+                route,
+                want=min(MAX_BATCH_ENTRIES, limit),
+                visibility=visibility,
+                wait=wait,
+                received_at=now,
+                expires_at=now + visibility,
+                detach=done,  # a same-process enqueue ends the wait at once
+            )
+            if got:
+                with self._lock:
+                    if not self._closed:
+                        self._stash_locked(got)
+            else:  # the whole wait passed without a message
+                self._quiet.add(route.url)
+
+    # -- the stash: received, not yet handed out -------------------------------------------
+    def _stash_locked(self, items: Sequence[Received]) -> None:
+        for item in items:
+            self._stash.setdefault(item.route.url, deque()).append(item)
+
+    def _take_stash(self, route: Route, limit: int, now: float) -> list[Received]:
+        taken: list[Received] = []
+        with self._lock:
+            stash = self._stash.get(route.url)
+            while stash and len(taken) < limit:
+                item = stash.popleft()
+                # One whose visibility is (nearly) over may already be someone else's.
+                if item.expires_at - now >= _MIN_LEASE_LEFT:
+                    taken.append(item)
+        return taken
+
+    def _has_stash(self, route: Route) -> bool:
+        with self._lock:
+            return bool(self._stash.get(route.url))
+
+    def _show_again_sync(self, transport: SqsTransport, items: Sequence[Received]) -> None:
+        for url, group in group_by(items, lambda item: item.route.url).items():
+            try:
+                transport.show_again_sync(url, [item.receipt for item in group])
+            except QueueError as exc:
+                log.warning("%s: could not release messages: %s", self._connection.where, exc)
+
+    async def _receive(
+        self,
+        route: Route,
+        *,
+        want: int,
+        visibility: int,
+        wait: int,
+        received_at: float,
+        expires_at: float,
+        detach: anyio.Event | None = None,
+    ) -> list[Received]:
+        """Receive up to ``want`` messages.  With ``detach`` (an event set when the receive
+        returns), a cancelled caller does not wait for it: the receive goes on in its thread
+        and leaves what it got in the stash for the next lease."""
+        transport = self._connection.require()
+        box = _Box()
+        params = receive_request(route.url, want=want, visibility=visibility, wait=wait)
+
+        def receive() -> list[Received]:
+            try:
+                response = transport.call_sync("ReceiveMessage", **params)
+            except QueueError:
+                with self._lock:
+                    orphan = box.orphan
+                if orphan:  # nobody waits for it any more: the next receive will tell
+                    return []
+                raise
+            got = [
+                Received(
+                    route=route, message=message, received_at=received_at, expires_at=expires_at
+                )
+                for message in response.get("Messages", [])
+            ]
+            with self._lock:
+                box.messages, box.done = got, True
+                closed = self._closed
+                if box.orphan and not closed:
+                    self._stash_locked(got)
+            if closed and got:
+                # The backend closed while this receive ran: show the messages again now.
+                self._show_again_sync(transport, got)
+            return got
+
+        def work() -> list[Received]:
+            try:
+                return receive()
+            finally:
+                if detach is not None:  # after the stash is filled: the next wait looks there
+                    _set_from_thread(detach)
+
+        def detached() -> list[Received]:
+            try:
+                return work()
+            finally:
+                with self._lock:
+                    self._detached -= 1
+                    client = self._close_later if self._detached == 0 else None
+                    if client is not None:
+                        self._close_later = None
+                if client is not None:
+                    close_client(client)
+
+        if detach is None:
+            runner = work
+        else:
+            runner = detached
+            with self._lock:
+                self._detached += 1
+        try:
+            return await transport.run(runner, abandon_on_cancel=detach is not None)
+        except BaseException:
+            with self._lock:
+                box.orphan = True
+                if box.done and not self._closed:
+                    self._stash_locked(box.messages)
+            raise
