@@ -94,3 +94,44 @@ def test_bench_refuses_an_existing_database(run_cli: RunCli, tmp_path: Path) -> 
 
     assert result.returncode == 2
     assert "already exists" in result.stderr
+
+
+def test_bench_on_redis_without_the_testing_distribution_says_what_to_install(
+    run_cli: RunCli,
+) -> None:
+    # The throwaway servers come from blamequeue-testing's plugin (entry point "memory"), never
+    # from an import in core: without it, one line says what to install.
+    result = run_cli("bench", "--backend", "redis", env={"BLAMEQUEUE_DISABLE_PLUGINS": "memory"})
+
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "error: --backend redis needs blamequeue-testing, which sets up the bench's server: "
+        "pip install 'blamequeue-testing[redis]'"
+    ]
+
+
+def test_bench_on_sqs_without_the_testing_distribution_says_what_to_install(
+    run_cli: RunCli,
+) -> None:
+    result = run_cli(
+        "bench",
+        "--backend",
+        "sqs",
+        "--endpoint-url",
+        "http://127.0.0.1:9",
+        env={"BLAMEQUEUE_DISABLE_PLUGINS": "memory"},
+    )
+
+    assert result.returncode == 2
+    assert "pip install 'blamequeue-testing[sqs]'" in result.stderr
+
+
+def test_bench_on_redis_without_redis_server_says_to_install_it_or_pass_url(
+    run_cli: RunCli, tmp_path: Path
+) -> None:
+    result = run_cli("bench", "--backend", "redis", env={"PATH": str(tmp_path)})
+
+    assert result.returncode == 2
+    [line] = result.stderr.strip().splitlines()
+    assert "redis-server is not on PATH" in line
+    assert line.endswith("or pass --url redis://HOST:PORT/DB")

@@ -243,6 +243,7 @@ def test_plugins_lists_each_plugin_with_its_distribution(run_cli: RunCli) -> Non
     assert by_name["local"]["protocols"] == ["local"]
     assert by_name["local"]["distribution"] == "blamequeue-local"
     assert by_name["memory"]["distribution"] == "blamequeue-testing"
+    assert by_name["memory"]["dev_servers"] == ["redis", "sqs"]
     assert by_name["deferred"]["protocols"] == ["amqp", "nats"]
     assert by_name["local"]["version"]
     table = run_cli("plugins").stdout.splitlines()
@@ -252,6 +253,8 @@ def test_plugins_lists_each_plugin_with_its_distribution(run_cli: RunCli) -> Non
         "AUDIT",
         "SINKS",
         "SEALERS",
+        "DEV",
+        "SERVERS",
         "DISTRIBUTION",
         "VERSION",
     ]

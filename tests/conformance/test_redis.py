@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 import redis
 
-from blamequeue_redis._server import RedisServer, RedisServerError
 from blamequeue_testing.conformance import *  # noqa: F403
+from blamequeue_testing.servers import RedisServer, RedisServerError
 
 SEAL = {"keys": {"conformance": base64.b64encode(secrets.token_bytes(32)).decode("ascii")}}
 

@@ -24,6 +24,33 @@ def test_shipped_protocols_all_come_in_through_entry_points() -> None:
     assert all(p.version == "0.1.0" for p in registry.plugins if p.distribution)
 
 
+def test_the_testing_distribution_registers_the_bench_servers() -> None:
+    from blamequeue_testing.servers import redis_dev_server, sqs_dev_server
+
+    registry = load_registry(refresh=True)
+    assert registry.dev_servers["redis"].value is redis_dev_server
+    assert registry.dev_servers["sqs"].value is sqs_dev_server
+    assert {p.name: p for p in registry.plugins}["memory"].dev_servers == ("redis", "sqs")
+    blocked = load_registry({"BLAMEQUEUE_DISABLE_PLUGINS": "memory"}, refresh=True)
+    assert blocked.dev_servers == {}
+
+
+def test_a_dev_server_registered_twice_names_both_plugins() -> None:
+    def make() -> object:
+        @hookimpl
+        def blamequeue_register_dev_servers(register: Any) -> None:
+            register("redis", lambda url: None)
+
+        return types.SimpleNamespace(
+            blamequeue_register_dev_servers=blamequeue_register_dev_servers
+        )
+
+    with pytest.raises(QueueError) as info:
+        _collect(_manager_with(make(), make()), "blamequeue_register_dev_servers", "dev server")
+    assert info.value.code == "queue/invalid-config"
+    assert "dev server 'redis'" in info.value.message
+
+
 def test_allow_list_loads_only_named_plugins() -> None:
     registry = load_registry({"BLAMEQUEUE_PLUGINS": "memory"}, refresh=True)
     assert set(registry.protocols) == {"memory"}
@@ -91,6 +118,7 @@ def test_every_hook_is_documented_and_prefixed() -> None:
         "blamequeue_register_protocols",
         "blamequeue_register_audit_sinks",
         "blamequeue_register_sealers",
+        "blamequeue_register_dev_servers",
     }
     for name, fn in hooks:
         assert name.startswith("blamequeue_")

@@ -68,6 +68,14 @@ def test_testing_distribution_brings_the_memory_protocol(fresh_python: Path) -> 
         "Queue(backends={'m': {'protocol': 'memory'}}, clock=VirtualClock()); print('memory ok')",
     )
     assert "memory ok" in out
+    # The throwaway servers import redis-py, boto3 and moto only when used; none is installed.
+    out = run(
+        fresh_python,
+        "-c",
+        "import sys; import blamequeue_testing.servers as s; s.free_port();"
+        "print(sorted(set(sys.modules) & {'redis', 'boto3', 'moto', 'blamequeue_redis'}))",
+    )
+    assert out.strip() == "[]"
 
 
 def test_the_meta_distribution_pulls_core_and_local(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ import pytest
 import redis
 from redis_helpers import LocalCluster, start_server
 
-from blamequeue_redis._server import RedisServer
+from blamequeue_testing.servers import RedisServer
 
 
 @pytest.fixture(scope="session")

@@ -19,7 +19,7 @@ import redis
 import redis.cluster
 
 from blamequeue.abc import NewJob
-from blamequeue_redis._server import INSTALL_HINT, RedisServer, RedisServerError
+from blamequeue_testing.servers import REDIS_INSTALL_HINT, RedisServer, RedisServerError
 
 SEAL: dict[str, Any] = {"keys": {"t1": base64.b64encode(secrets.token_bytes(32)).decode()}}
 """A seal key for the tests' queues (the redis backend requires one, or ``seal=False``)."""
@@ -70,7 +70,7 @@ class LocalCluster:
 
     def __init__(self) -> None:
         if shutil.which("redis-cli") is None:
-            pytest.fail(f"the redis cluster tests need redis-cli: {INSTALL_HINT}")
+            pytest.fail(f"the redis cluster tests need redis-cli: {REDIS_INSTALL_HINT}")
         self.directory = Path(tempfile.mkdtemp(prefix="blamequeue-cluster-"))
         self.nodes: list[RedisServer] = []
         self._clients: list[redis.Redis] = []

@@ -11,8 +11,8 @@ import redis
 from redis_helpers import config, start_server
 
 from blamequeue import Job, JobContext, Queue, QueueError
-from blamequeue_redis._server import RedisServer
 from blamequeue_testing._conformance.fixtures import wait_until
+from blamequeue_testing.servers import RedisServer
 
 pytestmark = pytest.mark.anyio
 

@@ -23,9 +23,9 @@ from blamequeue_redis import RedisBackend
 from blamequeue_redis._backend import _enqueue_batch
 from blamequeue_redis._keys import hash_tag
 from blamequeue_redis._scripts import ENQUEUE_WIDTH, SCRIPTS, Script
-from blamequeue_redis._server import RedisServer
 from blamequeue_redis._transport import POOL_SIZE
 from blamequeue_testing import VirtualClock
+from blamequeue_testing.servers import RedisServer
 
 pytestmark = pytest.mark.anyio
 

@@ -10,7 +10,7 @@ import sys
 
 import redis
 
-from blamequeue_redis._server import RedisServer
+from blamequeue_testing.servers import RedisServer
 
 DEADLINE = 120.0
 

@@ -19,7 +19,7 @@ from redis_helpers import config, start_server
 
 from blamequeue import Job, JobContext, Queue
 from blamequeue.errors import QueueError
-from blamequeue_redis._server import free_port
+from blamequeue_testing.servers import free_port
 
 pytestmark = pytest.mark.anyio
 

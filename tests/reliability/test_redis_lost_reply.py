@@ -26,7 +26,7 @@ from blamequeue.abc import BackendContext, NewJob
 from blamequeue.errors import BadArgumentError
 from blamequeue_redis import RedisBackend
 from blamequeue_redis._scripts import ENQUEUE
-from blamequeue_redis._server import RedisServer
+from blamequeue_testing.servers import RedisServer
 
 pytestmark = pytest.mark.anyio
 

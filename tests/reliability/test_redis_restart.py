@@ -36,7 +36,7 @@ from redis_helpers import config, start_server
 from redis_monitor import RedisMonitor
 from reliability_report import Form, Reports, ScenarioReport
 
-from blamequeue_redis._server import RedisServer
+from blamequeue_testing.servers import RedisServer
 
 PRODUCER = Path(__file__).with_name("producer.py")
 PRODUCERS = 2

@@ -23,7 +23,7 @@ from redis_monitor import RedisMonitor
 from reliability_report import Form, Reports, ScenarioReport
 
 from blamequeue import Queue
-from blamequeue_redis._server import RedisServer
+from blamequeue_testing.servers import RedisServer
 
 
 @pytest.fixture

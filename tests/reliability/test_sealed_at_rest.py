@@ -41,8 +41,7 @@ from redis_helpers import start_server
 
 from blamequeue import FlowChild, Job, JobContext, JsonlAuditSink, Queue
 from blamequeue.abc import Capabilities
-from blamequeue_redis._server import RedisServer
-from blamequeue_sqs._server import create_queue_with_dlq
+from blamequeue_testing.servers import RedisServer, create_queue_with_dlq
 from sqs.moto_server import REGION, SqsQueues, client, make_queues, sqs_endpoint  # noqa: F401
 
 pytestmark = pytest.mark.anyio

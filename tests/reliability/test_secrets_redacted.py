@@ -31,7 +31,7 @@ from redis_helpers import SEAL, start_server
 from asgi_server import serving
 from blamequeue import Job, JobContext, Queue, QueueError, dashboard_app, health_app
 from blamequeue_redis._options import redact_url
-from blamequeue_redis._server import RedisServer, free_port
+from blamequeue_testing.servers import RedisServer, free_port
 
 # The CLI's helpers live beside its tests; pytest puts that folder on sys.path only when it
 # collects tests/cli.

@@ -36,7 +36,7 @@ from reliability_report import Form, Reports, ScenarioReport
 
 from blamequeue import Queue
 from blamequeue_redis._keys import KeyLayout
-from blamequeue_redis._server import RedisServer
+from blamequeue_testing.servers import RedisServer
 
 WORKER = Path(__file__).with_name("soak_worker.py")
 QUEUE = "soak"

@@ -38,8 +38,8 @@ from sqs_fault_proxy import (
 
 from blamequeue import AuditEvent, Job, JobContext, Queue
 from blamequeue.errors import QueueError
-from blamequeue_sqs._server import bench_setup
 from blamequeue_sqs._transport import botocore_tries
+from blamequeue_testing.servers import sqs_dev_server
 from sqs.moto_server import REGION, SqsQueues, client, make_queues, sqs_endpoint  # noqa: F401
 
 pytestmark = pytest.mark.anyio
@@ -591,7 +591,7 @@ async def test_botocore_retries_are_off_in_the_backends_client_and_multiply_in_y
     assert absorbed == 2
     # A default client tries 3 times; the bench's client counts requests, so it tries once.
     assert botocore_tries(boto3.client("sqs", region_name=REGION)) == 3
-    bench = await anyio.to_thread.run_sync(bench_setup, proxy.endpoint)
+    bench = await anyio.to_thread.run_sync(sqs_dev_server, proxy.endpoint)
     try:
         assert botocore_tries(bench.requests) == 1
     finally:

@@ -15,7 +15,7 @@ from typing import Any
 import attrs
 import pytest
 
-from blamequeue_sqs._server import MotoServer, create_queue_with_dlq
+from blamequeue_testing.servers import MotoServer, create_queue_with_dlq
 
 __all__ = ["REGION", "SEAL", "SqsQueues", "client", "make_queues", "sqs_endpoint"]
 

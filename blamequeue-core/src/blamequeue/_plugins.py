@@ -34,6 +34,7 @@ class PluginInfo:
     protocols: tuple[str, ...] = ()
     audit_sinks: tuple[str, ...] = ()
     sealers: tuple[str, ...] = ()
+    dev_servers: tuple[str, ...] = ()
 
 
 @attrs.frozen(kw_only=True)
@@ -49,6 +50,8 @@ class PluginRegistry:
     protocols: dict[str, Registration]
     audit_sinks: dict[str, Registration]
     sealers: dict[str, Registration]
+    dev_servers: dict[str, Registration] = attrs.field(factory=dict)
+    """Factories of throwaway servers for development tools, by protocol."""
     failed: dict[str, str] = attrs.field(factory=dict)
     """Entry points that failed to import, with the error."""
 
@@ -131,6 +134,7 @@ def load_registry(env: Mapping[str, str] | None = None, *, refresh: bool = False
     protocols = _collect(manager, "blamequeue_register_protocols", "protocol")
     sinks = _collect(manager, "blamequeue_register_audit_sinks", "audit sink")
     sealers = _collect(manager, "blamequeue_register_sealers", "sealer")
+    dev_servers = _collect(manager, "blamequeue_register_dev_servers", "dev server")
     infos = []
     for name, _plugin in manager.list_name_plugin():
         dist_name, version = dists.get(name, (None, None))
@@ -142,6 +146,7 @@ def load_registry(env: Mapping[str, str] | None = None, *, refresh: bool = False
                 protocols=tuple(sorted(k for k, r in protocols.items() if r.plugin == name)),
                 audit_sinks=tuple(sorted(k for k, r in sinks.items() if r.plugin == name)),
                 sealers=tuple(sorted(k for k, r in sealers.items() if r.plugin == name)),
+                dev_servers=tuple(sorted(k for k, r in dev_servers.items() if r.plugin == name)),
             )
         )
     registry = PluginRegistry(
@@ -150,6 +155,7 @@ def load_registry(env: Mapping[str, str] | None = None, *, refresh: bool = False
         protocols=protocols,
         audit_sinks=sinks,
         sealers=sealers,
+        dev_servers=dev_servers,
         failed=failed,
     )
     _cache[key] = registry

@@ -56,3 +56,19 @@ def blamequeue_register_sealers(register: Callable[[str, Any], None]) -> None:
     seal setting names it: ``{"keys": {...}, "sealer": "kms"}``.  The default, ``"secretbox"``
     (pynacl's SecretBox, key ids in the envelope), is core's own plugin.
     """
+
+
+@hookspec
+def blamequeue_register_dev_servers(register: Callable[[str, Callable[..., Any]], None]) -> None:
+    """Register, by protocol, what gives a development tool (``blamequeue bench``) a server.
+
+    ``register("redis", factory)``: ``factory(url)`` is called with the server the user named
+    (``--url``, ``--endpoint-url``), or with ``None`` to start a throwaway one on loopback, and
+    returns an object with ``config`` (a backend config: ``protocol`` and its connection
+    options, without ``seal``), ``description`` (one line naming the server), ``cleanup()``
+    (stops what it started, or deletes what the tool wrote) and ``requests`` (a request counter
+    with ``total``, ``reset()`` and ``snapshot()``, or ``None``).  It raises a
+    :class:`~blamequeue.errors.QueueError` whose message says what to install when it cannot
+    start a server.  blamequeue-testing registers ``redis`` and ``sqs``
+    (:mod:`blamequeue_testing.servers`), so core never imports a backend to find one.
+    """

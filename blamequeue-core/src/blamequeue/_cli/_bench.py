@@ -19,11 +19,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import anyio
 
 from blamequeue import Job, Queue, __version__
+from blamequeue._plugins import load_registry
+from blamequeue.errors import QueueError
 
 from ._running import (
     EXIT_OK,
@@ -500,47 +501,43 @@ def _report(result: dict[str, Any], where: str, term: Terminal) -> str:
     return f"{head}\n{table}"
 
 
-def _redis_config(
-    args: argparse.Namespace,
-) -> tuple[dict[str, Any], str, Callable[[], None]]:
-    """The bench's redis backend config, a description, and what to clean up afterwards."""
-    try:
-        from blamequeue_redis._server import RedisServer, RedisServerError, bench_cleanup
-    except ImportError as exc:
-        raise UsageError(
-            "--backend redis needs the redis backend: pip install blamequeue[redis]"
-        ) from exc
-    # Sealing is on by default for a user; the redis backend refuses to run without a key.
-    seal = {"keys": {"bench": base64.b64encode(secrets.token_bytes(32)).decode("ascii")}}
-    prefix = f"blamequeue-bench:{secrets.token_hex(4)}"
-    if args.url is not None:
-        config = {"protocol": "redis", "url": args.url, "key_prefix": prefix, "seal": seal}
-        where = f"redis ({urlsplit(args.url).hostname}, key prefix {prefix})"
-        return config, where, functools.partial(bench_cleanup, args.url, prefix)
-    try:
-        server = RedisServer()
-        server.start()
-    except RedisServerError as exc:
-        raise UsageError(f"{exc}; or pass --url redis://HOST:PORT/DB") from exc
-    config = {"protocol": "redis", "url": server.url, "seal": seal}
-    return config, f"redis ({server.url}, temporary)", server.cleanup
+# What a throwaway server for each protocol needs installed, and the option naming one instead.
+_SERVER_EXTRAS = {
+    "redis": ("redis", "--url redis://HOST:PORT/DB"),
+    "sqs": ("sqs", "--endpoint-url"),
+}
 
 
-def _sqs_config(
-    args: argparse.Namespace,
+def _dev_server_config(
+    backend: str, target: str | None
 ) -> tuple[dict[str, Any], str, Callable[[], None], Any]:
-    """The bench's sqs backend config, a description, the cleanup, and the request counter."""
-    try:
-        from blamequeue_sqs._server import MotoServerError, bench_setup
-    except ImportError as exc:
+    """The bench's config for ``backend`` on the server ``target`` (or a throwaway one when it
+    is None), a description, the cleanup, and the request counter (or None).
+
+    The server comes from a ``blamequeue_register_dev_servers`` plugin (blamequeue-testing's),
+    so core imports neither a backend nor the testing distribution here.
+    """
+    extra, option = _SERVER_EXTRAS[backend]
+    if backend not in load_registry().protocols:
         raise UsageError(
-            "--backend sqs needs the sqs backend: pip install blamequeue[sqs]"
-        ) from exc
+            f"--backend {backend} needs the {backend} backend: pip install blamequeue[{extra}]"
+        )
+    registration = load_registry().dev_servers.get(backend)
+    if registration is None:
+        raise UsageError(
+            f"--backend {backend} needs blamequeue-testing, which sets up the bench's server: "
+            f"pip install 'blamequeue-testing[{extra}]'"
+        )
     try:
-        setup = bench_setup(args.endpoint_url)
-    except MotoServerError as exc:
-        raise UsageError(f"{exc}; or pass --endpoint-url of an SQS endpoint") from exc
-    return setup.config, setup.where, setup.cleanup, setup.requests
+        server = registration.value(target)
+    except QueueError as exc:
+        if target is not None:
+            raise
+        raise UsageError(f"{exc.message}; or pass {option}") from exc
+    # Sealing is on by default for a user; the redis and sqs backends refuse to run without a key.
+    seal = {"keys": {"bench": base64.b64encode(secrets.token_bytes(32)).decode("ascii")}}
+    config = {**server.config, "seal": seal}
+    return config, server.description, server.cleanup, getattr(server, "requests", None)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -559,11 +556,11 @@ def run(args: argparse.Namespace) -> int:
     if args.backend == "sqs":
         if args.path is not None:
             raise UsageError("--path is for --backend local; use --endpoint-url for sqs")
-        config, where, cleanup, requests = _sqs_config(args)
+        config, where, cleanup, requests = _dev_server_config("sqs", args.endpoint_url)
     elif args.backend == "redis":
         if args.path is not None:
             raise UsageError("--path is for --backend local; use --url for redis")
-        config, where, cleanup = _redis_config(args)
+        config, where, cleanup, requests = _dev_server_config("redis", args.url)
     elif args.backend == "memory":
         if args.path is not None:
             raise UsageError("--path is for --backend local; the memory backend keeps no file")

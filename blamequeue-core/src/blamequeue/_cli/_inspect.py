@@ -486,6 +486,7 @@ def _plugins(args: argparse.Namespace) -> int:
                         "protocols": list(info.protocols),
                         "audit_sinks": list(info.audit_sinks),
                         "sealers": list(info.sealers),
+                        "dev_servers": list(info.dev_servers),
                     }
                     for info in registry.plugins
                 ],
@@ -497,19 +498,28 @@ def _plugins(args: argparse.Namespace) -> int:
     if registry.plugins:
         print_table(
             terminal,
-            ["PLUGIN", "PROTOCOLS", "AUDIT SINKS", "SEALERS", "DISTRIBUTION", "VERSION"],
+            [
+                "PLUGIN",
+                "PROTOCOLS",
+                "AUDIT SINKS",
+                "SEALERS",
+                "DEV SERVERS",
+                "DISTRIBUTION",
+                "VERSION",
+            ],
             [
                 [
                     info.name,
                     ", ".join(info.protocols) or "-",
                     ", ".join(info.audit_sinks) or "-",
                     ", ".join(info.sealers) or "-",
+                    ", ".join(info.dev_servers) or "-",
                     info.distribution or "-",
                     info.version or "-",
                 ]
                 for info in registry.plugins
             ],
-            align="llllll",
+            align="lllllll",
         )
     else:
         terminal.print("no plugins loaded (check BLAMEQUEUE_PLUGINS / BLAMEQUEUE_DISABLE_PLUGINS)")
