@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 import anyio
+import attrs
 
 from blamequeue.abc import StoredJob
 from blamequeue_sqs._messages import (
@@ -47,14 +48,14 @@ def _receipts(found: Sequence[dict[str, Any]]) -> list[str]:
     return [message["ReceiptHandle"] for message in found]
 
 
+@attrs.define(eq=False)
 class DeadLetters:
     """``dlq_list``, ``dlq_size``, ``dlq_purge`` and ``dlq_retry`` over SQS dead-letter
     queues."""
 
-    def __init__(self, config: SqsOptions, connection: Connection, router: Router) -> None:
-        self._config = config
-        self._connection = connection
-        self._router = router
+    _config: SqsOptions
+    _connection: Connection
+    _router: Router
 
     async def jobs(self, queue: str, *, limit: int | None) -> list[StoredJob]:
         target = await self._target(queue)

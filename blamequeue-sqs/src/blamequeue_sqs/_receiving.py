@@ -118,39 +118,37 @@ def _set_from_thread(event: anyio.Event) -> None:
         log.debug("could not signal the end of a long poll: %r", exc)
 
 
+@attrs.define(eq=False)
 class Receiver:
     """Leases, the stash of received messages, long polling, and what a lease must not hand
     out."""
 
-    def __init__(
-        self,
-        config: SqsOptions,
-        connection: Connection,
-        router: Router,
-        settler: Settler,
-        *,
-        clock: Clock,
-    ) -> None:
-        self._config = config
-        self._clock = clock
-        self._connection = connection
-        self._router = router
-        self._settler = settler
-        # Guards the stash, the closed flag and the detached count: worker threads use them.
-        self._lock = threading.Lock()
-        self._stash: dict[str, deque[Received]] = {}
-        self._closed = False
-        self._detached = 0
-        self._close_later: Any = None
-        self._asked: dict[str, tuple[int, int]] = {}
-        # Long polls (wait_for_work) run on after their waiter is cancelled, so a same-process
-        # enqueue wakes a consumer at once: per queue URL, set once the last one returned.
-        self._polls: dict[str, anyio.Event] = {}
-        # Queue URLs whose last long poll waited its full time and found nothing: the lease
-        # right after it need not ask SQS again (an idle consumer costs one request a wait).
-        self._quiet: set[str] = set()
-        self._expired_error: str | None = None
-        self._dead_at_lease: list[StoredJob] = []
+    _config: SqsOptions
+    _connection: Connection
+    _router: Router
+    _settler: Settler
+    _clock: Clock = attrs.field(kw_only=True)
+    # Guards the stash, the closed flag and the detached receives: worker threads use them.
+    _lock: threading.Lock = attrs.field(init=False, factory=threading.Lock)
+    # By queue URL: received, not handed out yet.
+    _stash: dict[str, deque[Received]] = attrs.field(init=False, factory=dict)
+    _closed: bool = attrs.field(init=False, default=False)
+    # Long polls running on in a worker thread after their waiter was cancelled, and the
+    # client the last of them closes (the backend closed meanwhile).
+    _detached: int = attrs.field(init=False, default=0)
+    _close_later: Any = attrs.field(init=False, default=None)
+    # By queue name: the visibility and count the last lease asked for (the long poll's).
+    _asked: dict[str, tuple[int, int]] = attrs.field(init=False, factory=dict)
+    # Long polls (wait_for_work) run on after their waiter is cancelled, so a same-process
+    # enqueue wakes a consumer at once: per queue URL, set once the last one returned.
+    _polls: dict[str, anyio.Event] = attrs.field(init=False, factory=dict)
+    # Queue URLs whose last long poll waited its full time and found nothing: the lease
+    # right after it need not ask SQS again (an idle consumer costs one request a wait).
+    _quiet: set[str] = attrs.field(init=False, factory=set)
+    # The last error of a job whose last lease expired (the sweep tells it), and the jobs
+    # leases dead-lettered since the last sweep.
+    _expired_error: str | None = attrs.field(init=False, default=None)
+    _dead_at_lease: list[StoredJob] = attrs.field(init=False, factory=list)
 
     # -- lifecycle -------------------------------------------------------------------------
     def open(self) -> None:

@@ -62,14 +62,15 @@ def _queue_name(url: str) -> str:
     return url.rstrip("/").rsplit("/", 1)[-1]
 
 
+@attrs.define(eq=False)
 class Router:
     """Queue name → :class:`Route`, resolved once per SQS queue while the backend is open."""
 
-    def __init__(self, config: SqsOptions, connection: Connection) -> None:
-        self._config = config
-        self._connection = connection
-        self._routes: dict[str, Route] = {}
-        self._locks: dict[str, anyio.Lock] = {}
+    _config: SqsOptions
+    _connection: Connection
+    # By the URL the options give (a queue created on first use may answer with another).
+    _routes: dict[str, Route] = attrs.field(init=False, factory=dict)
+    _locks: dict[str, anyio.Lock] = attrs.field(init=False, factory=dict)
 
     async def open(self) -> None:
         """Resolve the configured SQS queues (a missing one is an error unless the backend

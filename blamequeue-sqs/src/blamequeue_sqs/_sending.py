@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import attrs
+
 from blamequeue.abc import NewJob
 from blamequeue.errors import (
     BackendUnavailableError,
@@ -60,23 +62,17 @@ def _job_id(entry: dict[str, Any]) -> str:
     return str(entry["MessageAttributes"][ATTR_JOB_ID]["StringValue"])
 
 
+@attrs.define(eq=False)
 class Sender:
     """``enqueue``: new jobs as SQS messages, sent in batches."""
 
-    def __init__(
-        self,
-        config: SqsOptions,
-        connection: Connection,
-        router: Router,
-        *,
-        on_send: Callable[[Route], None],
-    ) -> None:
-        self._config = config
-        self._connection = connection
-        self._router = router
-        # Told of every SQS queue a message is sent to (the receiver's long-poll bookkeeping).
-        self._on_send = on_send
-        self._sent: Memo[None] = Memo()
+    _config: SqsOptions
+    _connection: Connection
+    _router: Router
+    # Told of every SQS queue a message is about to be sent to (the receiver's long polls).
+    _on_send: Callable[[Route], None] = attrs.field(kw_only=True)
+    # Job ids sent: a retried enqueue sends only the others.
+    _sent: Memo[None] = attrs.field(init=False, factory=Memo)
 
     async def enqueue(self, jobs: Sequence[NewJob]) -> None:
         if not jobs:

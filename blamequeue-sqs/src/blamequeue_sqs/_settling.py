@@ -60,18 +60,20 @@ _Item = tuple[int, Held, dict[str, Any]]
 _Move = tuple[int, Held, str, dict[str, Any]]
 
 
+@attrs.define(eq=False)
 class Settler:
     """The leases held here, and settling and extending them."""
 
-    def __init__(self, config: SqsOptions, connection: Connection, router: Router) -> None:
-        self._config = config
-        self._connection = connection
-        self._router = router
-        self._held: dict[str, Held] = {}
-        self._settled: Memo[bool] = Memo()
-        # Job ids this process completed: a later message of one is a copy (a send whose
-        # answer was lost, stored twice), deleted on receipt instead of run again.
-        self._done: Memo[None] = Memo()
+    _config: SqsOptions
+    _connection: Connection
+    _router: Router
+    # By token: the leases handed out and not settled yet.
+    _held: dict[str, Held] = attrs.field(init=False, factory=dict)
+    # Tokens settled, and whether the settlement was applied (a retried settle answers again).
+    _settled: Memo[bool] = attrs.field(init=False, factory=Memo)
+    # Job ids this process completed: a later message of one is a copy (a send whose
+    # answer was lost, stored twice), deleted on receipt instead of run again.
+    _done: Memo[None] = attrs.field(init=False, factory=Memo)
 
     def hold(self, held: Held) -> None:
         """Record a lease handed out."""
