@@ -2,31 +2,46 @@
 
 The SQS-native model: SQS keeps the lease itself (the visibility timeout), so the backend maps
 each transition onto the SQS call that does it and keeps no state of its own beyond the leases
-this process holds:
+this process holds.  :class:`SqsBackend` opens and closes the boto3 client and hands each
+operation to the part that owns it; the parts share one
+:class:`~blamequeue_sqs._transport.Connection` and never import this module:
 
-========================  ==============================================================
-enqueue / enqueue_many    SendMessageBatch (10 per call, split by size)
-lease                     ReceiveMessage (up to 10 per call; VisibilityTimeout = lease)
-settle ``done``           DeleteMessageBatch (the settlements of a batch, 10 per call)
-settle ``retry``          ChangeMessageVisibilityBatch to the backoff delay
-settle ``dead``           ChangeMessageVisibilityBatch (fence), SendMessageBatch to the
-                          dead-letter queue, DeleteMessageBatch
-settle ``release``        same as ``dead`` but back to the queue, the attempt given back
-                          (FIFO: ChangeMessageVisibilityBatch to 0, keeping the order)
-extend (heartbeat)        ChangeMessageVisibilityBatch
-wait_for_work (idle)      ReceiveMessage with WaitTimeSeconds (long polling)
-copies of a job           DeleteMessageBatch, at lease (a send stored twice: its answer
-                          was lost and the retry sent it again)
-size                      GetQueueAttributes
-purge                     GetQueueAttributes, PurgeQueue
-dlq_size                  GetQueueAttributes on the dead-letter queue
-dlq_list / retry / purge  ReceiveMessage over the dead-letter queue, then
-                          ChangeMessageVisibilityBatch / SendMessage / DeleteMessageBatch
-========================  ==============================================================
+========================  =====================================================  ==============
+operation                 SQS calls                                              part
+========================  =====================================================  ==============
+open                      GetQueueAttributes, GetQueueUrl (dead-letter queue),   ``_routing``
+                          CreateQueue with ``create_queues``
+enqueue / enqueue_many    SendMessageBatch (10 per call, split by size)          ``_sending``
+lease                     ReceiveMessage (up to 10 per call; VisibilityTimeout   ``_receiving``
+                          = lease)
+wait_for_work (idle)      ReceiveMessage with WaitTimeSeconds (long polling)     ``_receiving``
+copies of a job           DeleteMessageBatch, at lease (a send stored twice:     ``_receiving``
+                          its answer was lost and the retry sent it again)
+delay beyond 900 s        at lease: ChangeMessageVisibilityBatch (re-park), or   ``_receiving``
+                          SendMessageBatch + DeleteMessageBatch once due
+settle ``done``           DeleteMessageBatch (the settlements of a batch, 10     ``_settling``
+                          per call)
+settle ``retry``          ChangeMessageVisibilityBatch to the backoff delay      ``_settling``
+settle ``dead``           ChangeMessageVisibilityBatch (fence),                  ``_settling``
+                          SendMessageBatch to the dead-letter queue,
+                          DeleteMessageBatch
+settle ``release``        same as ``dead`` but back to the queue, the attempt    ``_settling``
+                          given back (FIFO: ChangeMessageVisibilityBatch to 0,
+                          keeping the order)
+extend (heartbeat)        ChangeMessageVisibilityBatch                           ``_settling``
+size                      GetQueueAttributes                                     here
+purge                     GetQueueAttributes, PurgeQueue                         here
+dlq_size                  GetQueueAttributes on the dead-letter queue            ``_dead_letters``
+dlq_list / retry / purge  ReceiveMessage over the dead-letter queue, then        ``_dead_letters``
+                          ChangeMessageVisibilityBatch / SendMessage /
+                          DeleteMessageBatch
+========================  =====================================================  ==============
 
-The receipt handle of a received message is the lease token; ``attempts`` is SQS's
-ApproximateReceiveCount.  Errors from boto3 are mapped to
-:class:`~blamequeue.errors.QueueError` in :mod:`blamequeue_sqs._sqs_errors`.
+Below the parts: :mod:`._messages` (how a job travels as a message: body, attributes, the
+entries sent), :mod:`._transport` (boto3 in worker threads, the batch calls, moving messages
+between queues), :mod:`._sqs_errors` (boto3 errors mapped to
+:class:`~blamequeue.errors.QueueError`), :mod:`._options` and :mod:`._memo`.  The receipt
+handle of a received message is the lease token; ``attempts`` is SQS's ApproximateReceiveCount.
 """
 
 from __future__ import annotations
