@@ -5,6 +5,10 @@ the replies itself; on trio the calls go through redis-py's sync client.  Either
 reply must come back exactly as redis-py's own parser types it, in RESP2 and in RESP3 (redis-py's
 default), whole however it arrives (read by the event loop, or by polling the socket for a
 reply due soon), and an idle connection the server closed must not fail the next call.
+
+Taking connections over and polling for replies are accelerators (``_accelerators``): their
+probes must accept the installed redis-py and asyncio, and the same tests pass on the portable
+path (``BLAMEQUEUE_PORTABLE=1``: scripts through redis-py's public client).
 """
 
 from __future__ import annotations
@@ -12,19 +16,24 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
+import anyio
+import anyio.lowlevel
 import pytest
 import redis
 import redis.asyncio.connection
+import redis.exceptions
 from redis.exceptions import NoScriptError, ResponseError
 
 import blamequeue_redis._transport
 import blamequeue_redis._wire
+from blamequeue._accelerators import PORTABLE_ENV
 from blamequeue._clock import SystemClock
 from blamequeue.abc import BackendContext
 from blamequeue_redis import RedisBackend
+from blamequeue_redis._accelerators import loop_idle, stream_takeover
 from blamequeue_redis._scripts import Script
 from blamequeue_redis._transport import Transport
-from blamequeue_redis._wire import Wire, _Incomplete, _parse, can_take_over
+from blamequeue_redis._wire import Wire, _Incomplete, _parse, can_take_over, parse_error
 
 pytestmark = pytest.mark.anyio
 
@@ -51,11 +60,30 @@ _NIL = Script("nil", "return nil")
 _FAILS = Script("fails", "return redis.error_reply('BOOM the script said no')")
 
 
+def portable_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``BLAMEQUEUE_PORTABLE=1`` for this test, its accelerators probed afresh (and probed as
+    before once it ends)."""
+    monkeypatch.setenv(PORTABLE_ENV, "1")
+    for probe in (stream_takeover, loop_idle):
+        monkeypatch.setattr(probe, "_found", {})
+
+
 @pytest.fixture(
-    params=[("2", 200), ("3", 200), ("2", 0)], ids=["resp2", "resp3", "resp2-loop-only"]
+    params=[
+        ("2", 200, False),
+        ("3", 200, False),
+        ("2", 0, False),
+        ("2", 200, True),
+        ("3", 200, True),
+    ],
+    ids=["resp2", "resp3", "resp2-loop-only", "resp2-portable", "resp3-portable"],
 )
-async def transport(redis_url: str, request: pytest.FixtureRequest) -> AsyncIterator[Transport]:
-    protocol, reply_poll_us = request.param
+async def transport(
+    redis_url: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[Transport]:
+    protocol, reply_poll_us, portable = request.param
+    if portable:
+        portable_path(monkeypatch)
     url = f"{redis_url}?protocol={protocol}"
     backend = RedisBackend(
         {"url": url, "reply_poll_us": reply_poll_us},
@@ -107,6 +135,16 @@ async def test_an_idle_connection_the_server_closed_does_not_fail_the_next_call(
     assert await transport.script(_ECHO, ["{t}h"], ["before"]) == "before"
     # What a server restart does to every idle connection, without the restart.
     assert redis_client.client_kill_filter(_type="normal", skipme=True) >= 1
+    # The wires look at the socket itself; redis-py's pool (the portable path) sees the close
+    # once the server has made it and the event loop has read it, as both have long before a
+    # restarted server answers.
+    with anyio.fail_after(10):
+        while True:  # the server closes a killed client's socket a moment after replying
+            if len(redis_client.client_list(_type="normal")) == 1:  # only redis_client's
+                break
+            await anyio.sleep(0.001)
+    for _ in range(2):  # a turn to read the socket, one to hand its end to the stream
+        await anyio.lowlevel.checkpoint()
     assert await transport.script(_ECHO, ["{t}h"], ["after"]) == "after"
 
 
@@ -172,7 +210,66 @@ async def test_a_machine_of_one_core_never_polls(
 
 
 def _never(*args: Any) -> None:
-    raise AssertionError("polled for a reply")
+    raise AssertionError("an accelerator was used")
+
+
+# -- the accelerators' probes accept the installed redis-py and asyncio -----------------------
+@pytest.mark.parametrize(
+    "connection_class",
+    [
+        redis.asyncio.connection.Connection,
+        redis.asyncio.connection.SSLConnection,
+        redis.asyncio.connection.UnixDomainSocketConnection,
+    ],
+)
+def test_the_takeover_probe_accepts_the_installed_redis_py(
+    connection_class: type, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(stream_takeover, "_found", {})
+    pool = redis.asyncio.ConnectionPool(connection_class=connection_class)
+    assert stream_takeover(pool.connection_class, pool.make_connection) is not None
+
+
+async def test_the_reply_polling_probe_accepts_asyncio_s_loop(
+    anyio_backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if anyio_backend == "trio":  # only the asyncio transport polls
+        return
+    import asyncio
+
+    monkeypatch.setattr(loop_idle, "_found", {})
+    loop = asyncio.get_running_loop()
+    idle = loop_idle(loop)
+    assert idle is not None
+    handle = loop.call_soon(lambda: None)
+    assert not idle(loop)
+    handle.cancel()
+
+
+def test_the_reply_polling_probe_refuses_a_loop_it_does_not_know(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    class OtherLoop:  # as another event loop implementation might be: no _ready queue
+        pass
+
+    monkeypatch.setattr(loop_idle, "_found", {})
+    assert loop_idle(OtherLoop()) is None
+
+
+async def test_a_loop_it_does_not_know_never_polls(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(loop_idle, "_found", {})
+    monkeypatch.setattr(loop_idle, "_probe", lambda loop: _never())
+    monkeypatch.setattr(Wire, "_poll_reply", _never)
+    monkeypatch.setattr(blamequeue_redis._wire, "_cores", lambda: 2)
+    backend = RedisBackend({"url": redis_url}, BackendContext(name="r", clock=SystemClock()))
+    await backend.open()
+    try:
+        for _ in range(3):
+            assert await backend._require().script(_ECHO, ["{t}h"], ["x"]) == "x"
+    finally:
+        await backend.close()
 
 
 def test_only_connections_with_a_stream_to_take_over_are_taken_over(redis_url: str) -> None:
@@ -187,10 +284,11 @@ def test_only_connections_with_a_stream_to_take_over_are_taken_over(redis_url: s
     assert not can_take_over(pool)
 
 
-async def test_connections_it_cannot_take_over_leave_scripts_to_redis_py(
+async def test_the_portable_path_leaves_scripts_to_redis_py(
     redis_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(blamequeue_redis._transport, "can_take_over", lambda pool: False)
+    portable_path(monkeypatch)
+    monkeypatch.setattr(Wire, "__init__", _never)  # no connection is taken over
     backend = RedisBackend({"url": redis_url}, BackendContext(name="r", clock=SystemClock()))
     await backend.open()
     try:
@@ -242,6 +340,37 @@ def test_each_reply_type_is_parsed_and_needs_every_byte(raw: bytes, value: Any) 
 
 def test_replies_stay_bytes_when_the_client_does_not_decode() -> None:
     assert _parse(b"*2\r\n$2\r\nab\r\n+OK\r\n", 0, None) == ([b"ab", b"OK"], 17)
+
+
+_ERROR_REPLIES = [
+    "NOSCRIPT No matching script. Please use EVAL.",
+    "BOOM the script said no",
+    "ERR Error running script",
+    "ERR max number of clients reached",
+    "ERR invalid password",
+    "WRONGPASS invalid username-password pair or user is disabled.",
+    "NOAUTH Authentication required.",
+    "NOPERM this user has no permissions to run the 'evalsha' command",
+    "OOM command not allowed when used memory > 'maxmemory'.",
+    "LOADING Redis is loading the dataset in memory",
+    "READONLY You can't write against a read only replica.",
+    "EXECABORT Transaction discarded because of previous errors.",
+    "TRYAGAIN Multiple keys request during rehashing of slot",
+    "CLUSTERDOWN The cluster is down",
+    "CROSSSLOT Keys in request don't hash to the same slot",
+    "MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'.",
+    "lowercase code stays whole",
+    "",
+]
+
+
+@pytest.mark.parametrize("text", _ERROR_REPLIES)
+def test_error_replies_are_typed_as_the_installed_redis_py_types_them(text: str) -> None:
+    # redis-py's own table is private: compared here, so an upgrade that changes it is seen.
+    from redis._parsers.base import BaseParser
+
+    theirs, ours = BaseParser.parse_error(text), parse_error(text)
+    assert (type(ours), ours.args) == (type(theirs), theirs.args)
 
 
 def test_error_replies_become_redis_py_exceptions() -> None:

@@ -28,7 +28,6 @@ import abc
 import contextlib
 import functools
 import logging
-import select
 import socket
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final, TypeVar
@@ -45,8 +44,9 @@ import redis.retry
 from redis.backoff import NoBackoff
 from redis.exceptions import NoScriptError, ResponseError
 
+from blamequeue_redis._accelerators import StreamTakeover, stream_takeover
 from blamequeue_redis._scripts import Script
-from blamequeue_redis._wire import HeldWires, Wire, can_take_over, pack, unusable
+from blamequeue_redis._wire import HeldWires, Wire, pack, unusable
 
 __all__ = [
     "AsyncioTransport",
@@ -431,10 +431,11 @@ def _eval(script: Script, keys: Sequence[str], args: Sequence[Any]) -> tuple[Any
 class _AsyncWaiter:
     """A dedicated connection for BLPOP (and the node it talks to, on a cluster)."""
 
-    def __init__(self, connection: Any, node: Any) -> None:
+    def __init__(self, connection: Any, node: Any, takeover: StreamTakeover | None) -> None:
         self.connection = connection
         self.node = node
         self.client_id: int | None = None
+        self._takeover = takeover
         self.wire: Wire | None = None
         # Whether the last exchange ended with every reply read, even one its caller was
         # cancelled from (ended early by CLIENT UNBLOCK): the connection is then fit to wait
@@ -447,8 +448,23 @@ class _AsyncWaiter:
         self.client_id = int(await self.connection.read_response())
         # Replies read by the wire come without redis-py's reading machinery, and the reply
         # of a wait can be awaited again after a cancellation (see _unblockable_reply).
-        with contextlib.suppress(AttributeError, redis.exceptions.ConnectionError):
-            self.wire = Wire(self.connection)
+        # Without the takeover accelerator, redis-py reads them (_run_unblockable).
+        if self._takeover is not None:
+            with contextlib.suppress(redis.exceptions.ConnectionError):
+                self.wire = Wire(self.connection, self._takeover)
+
+    async def stale(self) -> bool:
+        """Closed, or readable while no reply is due: the server closed it (a restart) while
+        it sat idle."""
+        if self.wire is not None:
+            return self.wire.stale
+        # redis-py's public check (named can_read from redis-py 8, can_read_destructive
+        # before, and deprecated under that name since).
+        check = getattr(self.connection, "can_read", None) or self.connection.can_read_destructive
+        try:
+            return bool(await check())
+        except (OSError, redis.exceptions.RedisError):
+            return True
 
     async def exchange_unblockable(
         self,
@@ -468,9 +484,7 @@ class _AsyncWaiter:
                 lambda: wire.receive(future), future.done, unblock, abandoned
             )
         finally:
-            self.clean = (
-                future.done() and not future.cancelled() and future.exception() is None
-            )
+            self.clean = future.done() and not future.cancelled() and future.exception() is None
         fatal = unusable(replies)
         if fatal is not None:
             self.clean = False
@@ -516,11 +530,13 @@ class AsyncioTransport(Transport):
         # Bounds the commands in flight (and so the connections the pool opens).
         self._slots = _semaphore(POOL_SIZE)
         # A cluster client routes each call to its node itself; it keeps its own pools.
-        self._held = (
-            HeldWires(client.connection_pool, POOL_SIZE, reply_poll=reply_poll)
-            if not self.cluster and can_take_over(client.connection_pool)
-            else None
-        )
+        # Without the takeover accelerator (see _accelerators), scripts go through redis-py.
+        self._held: HeldWires | None = None
+        if not self.cluster:
+            pool = client.connection_pool
+            takeover = stream_takeover(pool.connection_class, pool.make_connection)
+            if takeover is not None:
+                self._held = HeldWires(pool, takeover, POOL_SIZE, reply_poll=reply_poll)
 
     async def command(self, *args: Any) -> Any:
         async with self._slots:
@@ -584,8 +600,9 @@ class AsyncioTransport(Transport):
             raise
         return _AsyncListener(pubsub)
 
-    def _waiter_source(self, key: str) -> tuple[str, Any, Callable[[], Any]]:
-        """(pool name, node, factory of a new dedicated connection) for waits on ``key``."""
+    def _waiter_source(self, key: str) -> tuple[str, Any, type, Callable[[], Any]]:
+        """(pool name, node, connection class, factory of a new dedicated connection) for
+        waits on ``key``."""
         if self.cluster:
             node = self.client.get_node_from_key(key)
             # The node's kwargs name its host and port too (redis-py >= 6).
@@ -596,10 +613,10 @@ class AsyncioTransport(Transport):
                 "socket_timeout": MAX_BLOCK + SOCKET_TIMEOUT,
             }
             factory = functools.partial(node.connection_class, **kwargs)
-            return node.name, node, factory
+            return node.name, node, node.connection_class, factory
         pool = self.client.connection_pool
         kwargs = {**pool.connection_kwargs, "socket_timeout": MAX_BLOCK + SOCKET_TIMEOUT}
-        return "", None, functools.partial(pool.connection_class, **kwargs)
+        return "", None, pool.connection_class, functools.partial(pool.connection_class, **kwargs)
 
     async def _on_waiter(
         self,
@@ -609,15 +626,16 @@ class AsyncioTransport(Transport):
     ) -> list[Any]:
         if self.cluster:
             await self.client.initialize()
-        name, node, factory = self._waiter_source(key)
+        name, node, connection_class, factory = self._waiter_source(key)
         idle = self._idle.setdefault(name, [])
-        while idle and idle[-1].wire is not None and idle[-1].wire.stale:
+        while idle and await idle[-1].stale():
             # The server closed it while it sat idle (a restart): connect afresh.
             await idle.pop().close()
         if idle:
             waiter = idle.pop()
         else:
-            waiter = _AsyncWaiter(factory(), node)
+            takeover = stream_takeover(connection_class, factory)
+            waiter = _AsyncWaiter(factory(), node, takeover)
             try:
                 await waiter.start()
             except BaseException:
@@ -695,13 +713,11 @@ class _SyncWaiter:
 
     @property
     def stale(self) -> bool:
-        """Readable while no reply is due: the server closed it (a restart) while it sat idle."""
-        sock = getattr(self.connection, "_sock", None)
-        if sock is None:  # not connected: redis-py connects it as it sends
-            return False
+        """Readable while no reply is due: the server closed it (a restart) while it sat idle.
+        (An idle waiter is always connected: ``can_read`` never connects here.)"""
         try:
-            return bool(select.select([sock], [], [], 0)[0])
-        except (OSError, ValueError):  # closed under us
+            return bool(self.connection.can_read(timeout=0))
+        except (OSError, ValueError, redis.exceptions.RedisError):  # closed under us
             return True
 
     def close(self) -> None:

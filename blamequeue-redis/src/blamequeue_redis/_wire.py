@@ -7,6 +7,12 @@ redis-py open and set up a connection (TLS, AUTH, SELECT, client name: whatever 
 for), then takes its socket over: :class:`Wire` becomes the transport's protocol, writes the
 request packed in one buffer and parses replies (RESP2 or RESP3) as they arrive.
 
+Taking a connection over, and polling the socket for a reply while the loop has nothing else
+to do, reach names redis-py and asyncio do not promise to keep: both are accelerators
+(:mod:`blamequeue_redis._accelerators`), probed when a transport opens.  Without them the
+transport leaves scripts to redis-py's public client.  The RESP parser and the mapping of error
+replies to redis-py's exceptions are this module's own, on public names only.
+
 The asyncio module is imported here on purpose: this is the asyncio transport's own I/O (the
 trio transport uses redis-py's sync client in worker threads).
 """
@@ -22,15 +28,59 @@ from typing import Any
 
 import anyio
 import redis.exceptions
-from redis._parsers.base import BaseParser
 from redis.exceptions import ResponseError
 
-__all__ = ["HeldWires", "can_take_over", "pack", "unusable"]
+from blamequeue_redis._accelerators import StreamTakeover, loop_idle, stream_takeover
+
+__all__ = ["HeldWires", "can_take_over", "pack", "parse_error", "unusable"]
 
 Decode = Callable[[bytes], Any] | None
 _READ_SIZE = 262144  # asyncio's own read size
-# redis-py's own mapping of error replies to its exceptions (NOSCRIPT -> NoScriptError ...).
-_parse_error: Callable[[str], Exception] = BaseParser.parse_error
+LoopIdle = Callable[[asyncio.AbstractEventLoop], bool]
+
+
+def _error_class(name: str, default: type[Exception] = ResponseError) -> type[Exception]:
+    found = getattr(redis.exceptions, name, None)  # some are newer than the oldest redis-py
+    return found if isinstance(found, type) and issubclass(found, Exception) else default
+
+
+# The error replies a script call can meet, typed as redis-py types them (its parsers'
+# table is private): the code is dropped from the message of a known one.
+_ERROR_CLASSES: dict[str, type[Exception]] = {
+    code: _error_class(name)
+    for code, name in (
+        ("NOSCRIPT", "NoScriptError"),
+        ("OOM", "OutOfMemoryError"),
+        ("WRONGPASS", "AuthenticationError"),
+        ("NOAUTH", "AuthenticationError"),
+        ("NOPERM", "NoPermissionError"),
+        ("EXECABORT", "ExecAbortError"),
+        ("LOADING", "BusyLoadingError"),
+        ("READONLY", "ReadOnlyError"),
+        ("TRYAGAIN", "TryAgainError"),
+        ("CLUSTERDOWN", "ClusterDownError"),
+        ("CROSSSLOT", "ClusterCrossSlotError"),
+        ("MASTERDOWN", "MasterDownError"),
+    )
+}
+_ERR_CLASSES: dict[str, type[Exception]] = {
+    "max number of clients reached": _error_class(
+        "MaxClientsReachedError", redis.exceptions.ConnectionError
+    ),
+    "invalid password": redis.exceptions.AuthenticationError,
+}
+
+
+def parse_error(text: str) -> Exception:
+    """The redis-py exception for an error reply's ``text`` (``NOSCRIPT No matching script.``
+    -> ``NoScriptError("No matching script.")``; an unknown code: ``ResponseError(text)``)."""
+    code, _, rest = text.partition(" ")
+    if code == "ERR":
+        return _ERR_CLASSES.get(rest, ResponseError)(rest)
+    found = _ERROR_CLASSES.get(code)
+    if found is None:
+        return ResponseError(text)
+    return found(rest)
 
 
 def pack(commands: Sequence[Sequence[Any]]) -> bytes:
@@ -110,10 +160,10 @@ def _parse(buf: bytes, pos: int, decode: Decode) -> tuple[Any, int]:
         data, after = _length_prefixed(buf, end, int(line))
         return (decode(data[4:]) if decode else data[4:]), after
     if kind == 45:  # - error
-        return _parse_error(line.decode("utf-8", "replace")), end + 2
+        return parse_error(line.decode("utf-8", "replace")), end + 2
     if kind == 33:  # ! blob error
         data, after = _length_prefixed(buf, end, int(line))
-        return _parse_error(data.decode("utf-8", "replace")), after
+        return parse_error(data.decode("utf-8", "replace")), after
     raise redis.exceptions.InvalidResponse(f"unexpected reply type byte {chr(kind)!r}")
 
 
@@ -126,19 +176,13 @@ def _decoder(connection: Any) -> Decode:
 
 
 def can_take_over(pool: Any) -> bool:
-    """Whether ``pool`` makes connections as :class:`Wire` knows them (stream reader and writer,
-    an encoder).  Else, say with a future redis-py, the transport leaves scripts to redis-py."""
-    try:
-        connection = pool.make_connection()  # not connected: nothing to close
-    except Exception:
-        return False
-    return (
-        all(hasattr(connection, name) for name in ("_reader", "_writer", "connect"))
-        and hasattr(getattr(connection, "encoder", None), "decode_responses")
-    )
+    """Whether the transport may take over ``pool``'s connections (the stream takeover
+    accelerator fits them, and ``BLAMEQUEUE_PORTABLE`` is not set).  Else scripts go through
+    redis-py."""
+    return stream_takeover(pool.connection_class, pool.make_connection) is not None
 
 
-class Wire:
+class Wire(asyncio.Protocol):
     """One connection taken over from redis-py: the asyncio protocol of its transport.
 
     One exchange at a time (the caller holds the wire while it waits).  Bytes arriving with no
@@ -146,14 +190,12 @@ class Wire:
     then stale and is never used again.
     """
 
-    def __init__(self, connection: Any) -> None:
-        reader, writer = connection._reader, connection._writer
-        if reader is None or writer is None or len(reader._buffer):
-            raise redis.exceptions.ConnectionError("the connection is not ready to take over")
+    def __init__(self, connection: Any, takeover: StreamTakeover) -> None:
+        self._transport: Any = takeover.take(connection)
         # Kept so that the stream objects (which close their transport when collected on newer
         # Pythons) live as long as the wire does.
         self._connection = connection
-        self._transport: Any = writer.transport
+        self._takeover = takeover
         self._decode = _decoder(connection)
         self._chunks: list[bytes] = []
         self._replies: list[Any] = []
@@ -181,10 +223,13 @@ class Wire:
             return True
         return self._poller is not None and bool(self._poller.poll(0))
 
-    async def exchange(self, packed: bytes, count: int, *, poll: float = 0.0) -> list[Any]:
+    async def exchange(
+        self, packed: bytes, count: int, *, poll: float = 0.0, idle: LoopIdle | None = None
+    ) -> list[Any]:
         """Send ``packed`` (``count`` commands) and return their ``count`` replies.
 
-        ``poll`` > 0: when the event loop has nothing else ready to run, read the reply by
+        ``poll`` > 0 and ``idle`` (the reply polling accelerator, :func:`loop_idle`) given:
+        when it says the event loop has nothing else ready to run, read the reply by
         polling the socket for up to ``poll`` seconds before sleeping in the loop.  On the
         2-core VMs we measure on, a loopback reply then arrives in ~25 us instead of ~100 (the
         loop's sleep and wake-up cost the rest); the CPU it burns is time the loop would have
@@ -192,12 +237,12 @@ class Wire:
         :attr:`replied_in` is how long the reply took, either way."""
         loop = asyncio.get_running_loop()
         waiter = self.send(packed, count)
-        # `_ready` is the loop's queue of callbacks due now (asyncio's own loop: another loop
-        # without it never polls).  Only a request sent whole has a reply to wait for.
+        # Only a request sent whole has a reply to wait for.
         if (
             poll > 0
+            and idle is not None
             and self._fd is not None
-            and not getattr(loop, "_ready", True)
+            and idle(loop)
             and not self._transport.get_write_buffer_size()
         ):
             self._poll_reply(waiter, self._sent_at + poll)
@@ -247,7 +292,7 @@ class Wire:
         if waiter is not None:
             waiter.cancel()
         self._transport.abort()
-        self._connection._reader = self._connection._writer = None
+        self._takeover.release(self._connection)
 
     # -- asyncio protocol --------------------------------------------------------------------
     def data_received(self, data: bytes) -> None:
@@ -320,8 +365,11 @@ class HeldWires:
     healthy.
     """
 
-    def __init__(self, pool: Any, limit: int, *, reply_poll: float = 0.0) -> None:
+    def __init__(
+        self, pool: Any, takeover: StreamTakeover, limit: int, *, reply_poll: float = 0.0
+    ) -> None:
         self._pool = pool
+        self._takeover = takeover
         self._free: list[Wire] = []
         # At most `limit` wires (so commands in flight); a call finding none free and none to
         # open waits for one to come back.
@@ -331,6 +379,10 @@ class HeldWires:
         self._returned = anyio.Event()
         # Polling for a reply (Wire.exchange) needs a core of its own beside the server's.
         self._reply_poll = reply_poll if _cores() > 1 else 0.0
+        # Whether the loop has nothing else to run (the reply polling accelerator), looked up
+        # at the first exchange (it needs the running loop); None: never poll.
+        self._idle: LoopIdle | None = None
+        self._idle_probed = False
         # Per script (or command): whether its last reply came within the poll, so that polling
         # for the next one is likely to pay.  An enqueue that wakes a blocked consumer is
         # answered only after Redis has served that consumer, a server far away only after
@@ -358,7 +410,7 @@ class HeldWires:
         try:
             connection = self._pool.make_connection()
             await connection.connect()
-            return Wire(connection)
+            return Wire(connection, self._takeover)
         except BaseException:
             self._checkin(None)
             raise
@@ -384,8 +436,11 @@ class HeldWires:
             raise
         kind = commands[0][1] if commands[0][0] == "EVALSHA" else commands[0][0]
         poll = self._reply_poll if self._quick.get(kind, True) else 0.0
+        if poll and not self._idle_probed:
+            self._idle_probed = True
+            self._idle = loop_idle(asyncio.get_running_loop())
         try:
-            replies = await wire.exchange(packed, len(commands), poll=poll)
+            replies = await wire.exchange(packed, len(commands), poll=poll, idle=self._idle)
             self._quick[kind] = wire.replied_in <= self._reply_poll
             fatal = unusable(replies)
             if fatal is not None:
