@@ -11,10 +11,13 @@ operation                 SQS calls                                             
 ========================  =====================================================  ==============
 open                      GetQueueAttributes, GetQueueUrl (dead-letter queue),   ``_routing``
                           CreateQueue with ``create_queues``
+close                     ChangeMessageVisibilityBatch to 0 for what was         ``_inbox``
+                          received and not handed out
 enqueue / enqueue_many    SendMessageBatch (10 per call, split by size)          ``_sending``
 lease                     ReceiveMessage (up to 10 per call; VisibilityTimeout   ``_receiving``
-                          = lease)
-wait_for_work (idle)      ReceiveMessage with WaitTimeSeconds (long polling)     ``_receiving``
+                          = lease), in a worker thread                           ``_inbox``
+wait_for_work (idle)      ReceiveMessage with WaitTimeSeconds (long polling),    ``_receiving``
+                          its messages kept for the next lease                   ``_inbox``
 copies of a job           DeleteMessageBatch, at lease (a send stored twice:     ``_receiving``
                           its answer was lost and the retry sent it again)
 delay beyond 900 s        at lease: ChangeMessageVisibilityBatch (re-park), or   ``_receiving``
@@ -64,8 +67,9 @@ from blamequeue.abc import (
     SweepResult,
 )
 from blamequeue_sqs._dead_letters import DeadLetters
+from blamequeue_sqs._inbox import Inbox, close_client
 from blamequeue_sqs._options import MAX_WAIT_SECONDS, SqsOptions, parse_options
-from blamequeue_sqs._receiving import Receiver, close_client
+from blamequeue_sqs._receiving import Receiver
 from blamequeue_sqs._routing import Router, infer_region
 from blamequeue_sqs._sending import Sender
 from blamequeue_sqs._settling import Settler
@@ -139,8 +143,14 @@ class SqsBackend(Backend):
         self._owned_client: Any = None
         self._router = Router(self._config, self._connection)
         self._settler = Settler(self._config, self._connection, self._router)
+        self._inbox = Inbox(self._connection)
         self._receiver = Receiver(
-            self._config, self._connection, self._router, self._settler, clock=context.clock
+            self._config,
+            self._connection,
+            self._router,
+            self._settler,
+            self._inbox,
+            clock=context.clock,
         )
         self._sender = Sender(
             self._config, self._connection, self._router, on_send=self._receiver.expect
@@ -174,7 +184,7 @@ class SqsBackend(Backend):
         self._connection.transport = SqsTransport(
             client, limit=config.max_in_flight_requests, where=where
         )
-        self._receiver.open()
+        self._inbox.open()
         try:
             await self._router.open()
         except BaseException:
@@ -213,11 +223,12 @@ class SqsBackend(Backend):
             raise map_error(exc, where=self._connection.where, action="client") from exc
 
     async def close(self) -> None:
-        await self._receiver.close()
+        await self._inbox.close()
+        self._receiver.close()
         self._connection.transport = None
         self._router.clear()
         owned, self._owned_client = self._owned_client, None
-        if owned is not None and not self._receiver.close_client_later(owned):
+        if owned is not None and not self._inbox.close_client_later(owned):
             await anyio.to_thread.run_sync(close_client, owned)
 
     # -- producing and consuming -----------------------------------------------------------
@@ -272,7 +283,7 @@ class SqsBackend(Backend):
         assert route is not None
         await self._connection.require().call("PurgeQueue", QueueUrl=route.url)
         self._settler.lose(route)
-        self._receiver.drop(route)
+        self._inbox.drop(route)
         return count
 
     async def dlq_list(self, queue: str, *, limit: int | None) -> list[StoredJob]:

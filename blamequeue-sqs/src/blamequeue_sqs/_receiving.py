@@ -1,38 +1,35 @@
 """Receiving: leases are ReceiveMessage batches.
 
-:class:`Receiver` owns what comes in from SQS:
+:class:`Receiver` owns leasing:
 
-* **lease**: ReceiveMessage (up to 10 per call, several calls for a larger batch) with the
-  lease, rounded up to whole seconds, as VisibilityTimeout; each job handed out is recorded
-  with the :class:`~blamequeue_sqs._settling.Settler` (the receipt handle is the lease token);
-* **the stash**: messages received but not handed out yet (by an idle long poll, or by a
-  receive whose caller was cancelled), handed out by the next lease; never forgotten (a
-  forgotten message would stay hidden for a whole lease, an attempt spent);
-* **long polling** (:meth:`Receiver.wait_for_work`): a ReceiveMessage with WaitTimeSeconds,
-  which runs on in its worker thread after its waiter is cancelled;
+* **lease**: the messages waiting in the :class:`~blamequeue_sqs._inbox.Inbox`, then
+  ReceiveMessage (up to 10 per call, several calls for a larger batch) with the lease, rounded
+  up to whole seconds, as VisibilityTimeout; each job handed out is recorded with the
+  :class:`~blamequeue_sqs._settling.Settler` (the receipt handle is the lease token);
+* **long polling** (:meth:`Receiver.wait_for_work`): a ReceiveMessage with WaitTimeSeconds
+  whose messages wait in the inbox for the next lease; after a poll that found nothing the
+  next lease does not ask again;
 * **messages a lease must not hand out** (:class:`Chores`): copies of a job done or handed out
   here (DeleteMessageBatch), placeholders of a job delayed beyond SQS's 900 s (re-parked:
-  ChangeMessageVisibilityBatch, or a move of the real message once it is due within 900 s),
-  jobs out of attempts whose worker died and messages blamequeue did not write (moved to the
-  dead-letter queue).
+  ChangeMessageVisibilityBatch, or sent as the real message once due within 900 s), jobs out
+  of attempts whose worker died (moved to the dead-letter queue with the sweep's ``lease
+  expired`` error, reported by the next sweep) and messages blamequeue did not write (moved to
+  the dead-letter queue as they are).
 """
 
 from __future__ import annotations
 
-import functools
 import logging
-import threading
-from collections import deque
 from collections.abc import Sequence
 from typing import Any, Final
 
 import anyio
-import anyio.from_thread
 import attrs
 
 from blamequeue.abc import Clock, Lease, StoredJob
 from blamequeue.errors import QueueError
 from blamequeue_sqs import _messages as messages
+from blamequeue_sqs._inbox import Inbox, Received
 from blamequeue_sqs._messages import (
     MAX_BATCH_ENTRIES,
     Decoded,
@@ -42,49 +39,20 @@ from blamequeue_sqs._messages import (
     decode,
     encode_body,
     job_attributes,
-    receive_request,
     resend_fields,
     stored_job,
 )
 from blamequeue_sqs._options import MAX_WAIT_SECONDS, SqsOptions
 from blamequeue_sqs._routing import Route, Router
 from blamequeue_sqs._settling import MOVE_VISIBILITY, Held, Settler
-from blamequeue_sqs._transport import Connection, SqsTransport, group_by
+from blamequeue_sqs._transport import Connection, group_by
 
-__all__ = ["Chores", "Received", "Receiver", "close_client"]
+__all__ = ["Chores", "Receiver"]
 
 log = logging.getLogger("blamequeue.sqs")
 
-# A received message handed out with less than this left of its visibility could be
-# received by someone else before its handler starts: it is left to come back instead.
-_MIN_LEASE_LEFT: Final = 1.0
 # The idle long poll asks for this lease when no lease call told it better.
 _DEFAULT_VISIBILITY: Final = 30
-
-
-@attrs.define(eq=False)
-class Received:
-    """A message received and not yet handed out."""
-
-    route: Route
-    message: dict[str, Any]
-    received_at: float
-    expires_at: float
-
-    @property
-    def receipt(self) -> str:
-        return str(self.message["ReceiptHandle"])
-
-
-@attrs.define(eq=False)
-class _Box:
-    """Where a receive running in a worker thread leaves its messages.  If the awaiting task
-    was cancelled, whoever finishes last puts them in the stash: a received message is never
-    forgotten (it would stay hidden for a whole lease, an attempt spent)."""
-
-    messages: list[Received] = attrs.field(factory=list)
-    done: bool = False
-    orphan: bool = False
 
 
 @attrs.define(eq=False)
@@ -100,43 +68,16 @@ class Chores:
         return bool(self.foreign or self.parked or self.exhausted or self.copies)
 
 
-def close_client(client: Any) -> None:
-    """Close a boto3 client the backend made (best effort; blocking)."""
-    close = getattr(client, "close", None)
-    if callable(close):
-        try:
-            close()
-        except Exception as exc:  # closing is best effort; the sockets go with the client
-            log.debug("closing the boto3 client failed: %r", exc)
-
-
-def _set_from_thread(event: anyio.Event) -> None:
-    """Set ``event`` from the worker thread of a receive, if its event loop still runs."""
-    try:
-        anyio.from_thread.run_sync(event.set)
-    except Exception as exc:  # the loop is gone: nobody waits any more
-        log.debug("could not signal the end of a long poll: %r", exc)
-
-
 @attrs.define(eq=False)
 class Receiver:
-    """Leases, the stash of received messages, long polling, and what a lease must not hand
-    out."""
+    """Leases, long polling, and what a lease must not hand out."""
 
     _config: SqsOptions
     _connection: Connection
     _router: Router
     _settler: Settler
+    _inbox: Inbox
     _clock: Clock = attrs.field(kw_only=True)
-    # Guards the stash, the closed flag and the detached receives: worker threads use them.
-    _lock: threading.Lock = attrs.field(init=False, factory=threading.Lock)
-    # By queue URL: received, not handed out yet.
-    _stash: dict[str, deque[Received]] = attrs.field(init=False, factory=dict)
-    _closed: bool = attrs.field(init=False, default=False)
-    # Long polls running on in a worker thread after their waiter was cancelled, and the
-    # client the last of them closes (the backend closed meanwhile).
-    _detached: int = attrs.field(init=False, default=0)
-    _close_later: Any = attrs.field(init=False, default=None)
     # By queue name: the visibility and count the last lease asked for (the long poll's).
     _asked: dict[str, tuple[int, int]] = attrs.field(init=False, factory=dict)
     # Long polls (wait_for_work) run on after their waiter is cancelled, so a same-process
@@ -151,41 +92,14 @@ class Receiver:
     _dead_at_lease: list[StoredJob] = attrs.field(init=False, factory=list)
 
     # -- lifecycle -------------------------------------------------------------------------
-    def open(self) -> None:
-        with self._lock:
-            self._closed = False
-
-    async def close(self) -> None:
-        """Stop stashing; make the messages received but never handed out visible again now,
-        not after a lease."""
-        with self._lock:
-            self._closed = True
-            leftovers = [item for stash in self._stash.values() for item in stash]
-            self._stash.clear()
-        transport = self._connection.transport
-        if transport is not None and leftovers:
-            await transport.run(functools.partial(self._show_again_sync, transport, leftovers))
+    def close(self) -> None:
+        """Forget the long polls (their events belong to the event loop that is closing)."""
         self._polls.clear()
-
-    def close_client_later(self, client: Any) -> bool:
-        """Leave ``client`` to the last long poll still running in a worker thread (its
-        waiter was cancelled) to close, after it shows its messages again; ``False`` when
-        none runs (close it now)."""
-        with self._lock:
-            if not self._detached:
-                return False
-            self._close_later = client
-            return True
 
     # -- what other parts tell it ----------------------------------------------------------
     def expect(self, route: Route) -> None:
         """A message is being sent to ``route``: the next lease asks SQS again."""
         self._quiet.discard(route.url)
-
-    def drop(self, route: Route) -> None:
-        """``route`` was purged: forget what was received from it."""
-        with self._lock:
-            self._stash.pop(route.url, None)
 
     def swept(self, expired_error: str) -> list[StoredJob]:
         """The jobs leases dead-lettered since the last sweep (their attempts were exhausted:
@@ -207,7 +121,7 @@ class Receiver:
         self._asked[queue] = (visibility, limit)
         leases: list[Lease] = []
         chores = Chores()
-        received = self._take_stash(route, limit, now)
+        received = self._inbox.take(route, limit, now)
         self._classify(received, leases, chores)
         # Copies are deleted, not handed out: they leave room for more.
         count = len(received) - len(chores.copies)
@@ -217,7 +131,7 @@ class Receiver:
                 return []
         while count < limit:
             want = min(MAX_BATCH_ENTRIES, limit - count)
-            batch = await self._receive(
+            batch = await self._inbox.receive(
                 route,
                 want=want,
                 visibility=visibility,
@@ -377,12 +291,12 @@ class Receiver:
                 # A long poll whose waiter was cancelled may still listen: wait for it rather
                 # than ask twice; what it receives lands in the stash.
                 await earlier.wait()
-            if self._has_stash(route):
+            if self._inbox.holds(route):
                 return
             visibility, limit = self._asked.get(queue, (_DEFAULT_VISIBILITY, MAX_BATCH_ENTRIES))
             now = self._clock.now()
             done = self._polls[route.url] = anyio.Event()
-            got = await self._receive(
+            got = await self._inbox.receive(
                 route,
                 want=min(MAX_BATCH_ENTRIES, limit),
                 visibility=visibility,
@@ -392,112 +306,6 @@ class Receiver:
                 detach=done,  # a same-process enqueue ends the wait at once
             )
             if got:
-                with self._lock:
-                    if not self._closed:
-                        self._stash_locked(got)
+                self._inbox.stash(got)
             else:  # the whole wait passed without a message
                 self._quiet.add(route.url)
-
-    # -- the stash: received, not yet handed out -------------------------------------------
-    def _stash_locked(self, items: Sequence[Received]) -> None:
-        for item in items:
-            self._stash.setdefault(item.route.url, deque()).append(item)
-
-    def _take_stash(self, route: Route, limit: int, now: float) -> list[Received]:
-        taken: list[Received] = []
-        with self._lock:
-            stash = self._stash.get(route.url)
-            while stash and len(taken) < limit:
-                item = stash.popleft()
-                # One whose visibility is (nearly) over may already be someone else's.
-                if item.expires_at - now >= _MIN_LEASE_LEFT:
-                    taken.append(item)
-        return taken
-
-    def _has_stash(self, route: Route) -> bool:
-        with self._lock:
-            return bool(self._stash.get(route.url))
-
-    def _show_again_sync(self, transport: SqsTransport, items: Sequence[Received]) -> None:
-        for url, group in group_by(items, lambda item: item.route.url).items():
-            try:
-                transport.show_again_sync(url, [item.receipt for item in group])
-            except QueueError as exc:
-                log.warning("%s: could not release messages: %s", self._connection.where, exc)
-
-    async def _receive(
-        self,
-        route: Route,
-        *,
-        want: int,
-        visibility: int,
-        wait: int,
-        received_at: float,
-        expires_at: float,
-        detach: anyio.Event | None = None,
-    ) -> list[Received]:
-        """Receive up to ``want`` messages.  With ``detach`` (an event set when the receive
-        returns), a cancelled caller does not wait for it: the receive goes on in its thread
-        and leaves what it got in the stash for the next lease."""
-        transport = self._connection.require()
-        box = _Box()
-        params = receive_request(route.url, want=want, visibility=visibility, wait=wait)
-
-        def receive() -> list[Received]:
-            try:
-                response = transport.call_sync("ReceiveMessage", **params)
-            except QueueError:
-                with self._lock:
-                    orphan = box.orphan
-                if orphan:  # nobody waits for it any more: the next receive will tell
-                    return []
-                raise
-            got = [
-                Received(
-                    route=route, message=message, received_at=received_at, expires_at=expires_at
-                )
-                for message in response.get("Messages", [])
-            ]
-            with self._lock:
-                box.messages, box.done = got, True
-                closed = self._closed
-                if box.orphan and not closed:
-                    self._stash_locked(got)
-            if closed and got:
-                # The backend closed while this receive ran: show the messages again now.
-                self._show_again_sync(transport, got)
-            return got
-
-        def work() -> list[Received]:
-            try:
-                return receive()
-            finally:
-                if detach is not None:  # after the stash is filled: the next wait looks there
-                    _set_from_thread(detach)
-
-        def detached() -> list[Received]:
-            try:
-                return work()
-            finally:
-                with self._lock:
-                    self._detached -= 1
-                    client = self._close_later if self._detached == 0 else None
-                    if client is not None:
-                        self._close_later = None
-                if client is not None:
-                    close_client(client)
-
-        if detach is None:
-            runner = work
-        else:
-            runner = detached
-            with self._lock:
-                self._detached += 1
-        try:
-            return await transport.run(runner, abandon_on_cancel=detach is not None)
-        except BaseException:
-            with self._lock:
-                box.orphan = True
-                if box.done and not self._closed:
-                    self._stash_locked(box.messages)
-            raise
