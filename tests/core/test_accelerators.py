@@ -30,9 +30,10 @@ KEY = bytes(range(32))
 
 
 @pytest.fixture(autouse=True)
-def probe_afresh() -> Iterator[None]:
-    """Every test probes anew, and leaves the next one to probe anew (and compact_json to
-    pick its encoder again)."""
+def probe_afresh(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Every test probes anew, with ``BLAMEQUEUE_PORTABLE`` unset unless it sets it, and leaves
+    the next one to probe anew (and compact_json to pick its encoder again)."""
+    monkeypatch.delenv(PORTABLE_ENV, raising=False)
 
     def forget() -> None:
         json_encoder.forget()

@@ -82,6 +82,8 @@ def test_a_batch_is_sealed_as_one_by_one_each_with_a_nonce_of_its_own(
     monkeypatch.setattr(secretbox_batch, "_found", {})  # probed afresh, for this test only
     if through == "bindings":  # the batch sealing accelerator off: pynacl's public bindings
         monkeypatch.setenv(PORTABLE_ENV, "1")
+    else:
+        monkeypatch.delenv(PORTABLE_ENV, raising=False)
     assert (secretbox_batch() is None) == (through == "bindings")
     box = sealer(k1=b"1" * 32)
     # the longest text sizes the shared buffer: shorter ones after it must not carry its tail

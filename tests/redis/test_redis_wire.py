@@ -68,6 +68,14 @@ def portable_path(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setattr(probe, "_found", {})
 
 
+def accelerated_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The accelerators probed afresh with ``BLAMEQUEUE_PORTABLE`` unset (whatever the
+    environment of the test run says)."""
+    monkeypatch.delenv(PORTABLE_ENV, raising=False)
+    for probe in (stream_takeover, loop_idle):
+        monkeypatch.setattr(probe, "_found", {})
+
+
 @pytest.fixture(
     params=[
         ("2", 200, False),
@@ -84,6 +92,8 @@ async def transport(
     protocol, reply_poll_us, portable = request.param
     if portable:
         portable_path(monkeypatch)
+    else:
+        accelerated_path(monkeypatch)
     url = f"{redis_url}?protocol={protocol}"
     backend = RedisBackend(
         {"url": url, "reply_poll_us": reply_poll_us},
@@ -164,6 +174,7 @@ async def test_a_reply_is_polled_for_only_while_replies_of_its_kind_come_quickly
 
     monkeypatch.setattr(Wire, "_poll_reply", spy)
     monkeypatch.setattr(blamequeue_redis._wire, "_cores", lambda: 2)
+    accelerated_path(monkeypatch)
     backend = RedisBackend(
         {"url": redis_url, "reply_poll_us": 10_000}, BackendContext(name="r", clock=SystemClock())
     )
@@ -225,7 +236,7 @@ def _never(*args: Any) -> None:
 def test_the_takeover_probe_accepts_the_installed_redis_py(
     connection_class: type, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(stream_takeover, "_found", {})
+    accelerated_path(monkeypatch)
     pool = redis.asyncio.ConnectionPool(connection_class=connection_class)
     assert stream_takeover(pool.connection_class, pool.make_connection) is not None
 
@@ -237,7 +248,7 @@ async def test_the_reply_polling_probe_accepts_asyncio_s_loop(
         return
     import asyncio
 
-    monkeypatch.setattr(loop_idle, "_found", {})
+    accelerated_path(monkeypatch)
     loop = asyncio.get_running_loop()
     idle = loop_idle(loop)
     assert idle is not None
@@ -252,14 +263,14 @@ def test_the_reply_polling_probe_refuses_a_loop_it_does_not_know(
     class OtherLoop:  # as another event loop implementation might be: no _ready queue
         pass
 
-    monkeypatch.setattr(loop_idle, "_found", {})
+    accelerated_path(monkeypatch)
     assert loop_idle(OtherLoop()) is None
 
 
 async def test_a_loop_it_does_not_know_never_polls(
     redis_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(loop_idle, "_found", {})
+    accelerated_path(monkeypatch)
     monkeypatch.setattr(loop_idle, "_probe", lambda loop: _never())
     monkeypatch.setattr(Wire, "_poll_reply", _never)
     monkeypatch.setattr(blamequeue_redis._wire, "_cores", lambda: 2)
@@ -272,7 +283,11 @@ async def test_a_loop_it_does_not_know_never_polls(
         await backend.close()
 
 
-def test_only_connections_with_a_stream_to_take_over_are_taken_over(redis_url: str) -> None:
+def test_only_connections_with_a_stream_to_take_over_are_taken_over(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    accelerated_path(monkeypatch)
+
     class Unknown:  # as a future redis-py might make them: no stream writer
         def __init__(self, **kwargs: Any) -> None:
             self.encoder = redis.asyncio.connection.Encoder("utf-8", "strict", True)
@@ -370,7 +385,12 @@ def test_error_replies_are_typed_as_the_installed_redis_py_types_them(text: str)
     from redis._parsers.base import BaseParser
 
     theirs, ours = BaseParser.parse_error(text), parse_error(text)
-    assert (type(ours), ours.args) == (type(theirs), theirs.args)
+    code = text.partition(" ")[0]
+    if code in BaseParser.EXCEPTION_CLASSES or code not in blamequeue_redis._wire._ERROR_CLASSES:
+        assert (type(ours), ours.args) == (type(theirs), theirs.args)
+    else:  # a code this redis-py types only in its cluster client (older releases): narrower
+        assert isinstance(ours, ResponseError)
+        assert ours.args == (text.partition(" ")[2],)
 
 
 def test_error_replies_become_redis_py_exceptions() -> None:

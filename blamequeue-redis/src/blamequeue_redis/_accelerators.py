@@ -92,11 +92,10 @@ def loop_idle(loop: asyncio.AbstractEventLoop) -> Callable[[asyncio.AbstractEven
     if not isinstance(ready, collections.deque):
         raise Unfit(f"{type(loop).__name__} keeps no _ready deque")
     handle = loop.call_soon(lambda: None)
-    try:
-        if handle not in ready:
-            raise Unfit("a callback given with call_soon is not in _ready")
-    finally:
-        handle.cancel()
+    handle.cancel()
+    if handle not in ready:
+        raise Unfit("a callback given with call_soon is not in _ready")
+    ready.remove(handle)  # else the first reply after the probe would not be polled for
 
     def idle(loop: asyncio.AbstractEventLoop) -> bool:
         return not loop._ready  # type: ignore[attr-defined]
