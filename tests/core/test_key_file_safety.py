@@ -7,7 +7,6 @@ from __future__ import annotations
 import base64
 import os
 import stat
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -69,30 +68,6 @@ def test_a_new_key_file_is_0600_under_umask_0_without_hard_links(
     path = tmp_path / "jobs.db.key"
     _, created = load_or_create_key_file(str(path))
     assert created
-    assert mode(path) == 0o600
-
-
-def test_concurrent_first_starts_under_umask_0_agree_on_one_private_key(
-    tmp_path: Path, umask_0: None
-) -> None:
-    path = str(tmp_path / "race.db.key")
-    barrier = threading.Barrier(8)
-    results: list[dict[str, bytes]] = []
-    lock = threading.Lock()
-
-    def start() -> None:
-        barrier.wait()
-        keys, _ = load_or_create_key_file(path)
-        with lock:
-            results.append(keys)
-
-    threads = [threading.Thread(target=start) for _ in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert len(results) == 8
-    assert all(keys == results[0] for keys in results)
     assert mode(path) == 0o600
 
 

@@ -474,7 +474,7 @@ def test_the_key_file_is_created_once_with_mode_0600(tmp_path: Path) -> None:
     assert os.listdir(tmp_path) == ["jobs.db.key"]  # no temporary file left behind
 
 
-def test_concurrent_first_starts_agree_on_one_key(tmp_path: Path) -> None:
+def test_concurrent_first_starts_agree_on_one_private_key(tmp_path: Path) -> None:
     path = str(tmp_path / "race.db.key")
     barrier = threading.Barrier(16)
     results: list[dict[str, bytes]] = []
@@ -487,13 +487,18 @@ def test_concurrent_first_starts_agree_on_one_key(tmp_path: Path) -> None:
             results.append(keys)
 
     threads = [threading.Thread(target=start) for _ in range(16)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    before = os.umask(0)  # the most permissive umask: the file must set its own mode
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        os.umask(before)
     assert len(results) == 16
     assert all(keys == results[0] for keys in results)
     assert len(key_lines(Path(path))) == 1
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
 
 
 def test_without_hard_links_the_key_file_is_created_with_o_excl(
