@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-import pytest
-
 from blamequeue import AuditEvent, Job, JobContext
 
 from .fixtures import BACKEND, Conformance, succeed
+from .requirements import requires
 
 __all__ = ["TestAudit"]
 
@@ -24,12 +23,8 @@ async def _secret_failure(job: Job, ctx: JobContext) -> None:
     raise RuntimeError("declined")  # the error text does not quote the payload
 
 
-@pytest.mark.anyio
+@requires("dlq", "the dead-letter events cannot happen")
 class TestAudit:
-    @pytest.fixture(autouse=True)
-    def _needs_dlq(self, conformance: Conformance) -> None:
-        conformance.require("dlq", "the dead-letter events cannot happen")
-
     async def test_dlq_write_event_names_the_job_without_its_payload(
         self, conformance: Conformance
     ) -> None:

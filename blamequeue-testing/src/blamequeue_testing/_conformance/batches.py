@@ -11,6 +11,7 @@ import pytest
 from blamequeue import JobContext, Queue, QueueError
 
 from .fixtures import Conformance
+from .requirements import requires
 
 __all__ = ["TestBatches", "TestWithoutBatches"]
 
@@ -42,12 +43,8 @@ async def _drain(queue: Queue, name: str) -> None:
             return
 
 
-@pytest.mark.anyio
+@requires("records", "the backend keeps no shared records for batches")
 class TestBatches:
-    @pytest.fixture(autouse=True)
-    def _needs_records(self, conformance: Conformance) -> None:
-        conformance.require("records", "the backend keeps no shared records for batches")
-
     async def test_then_and_finally_fire_once_the_batch_succeeds(
         self, conformance: Conformance
     ) -> None:

@@ -17,6 +17,8 @@ import pytest
 from blamequeue import FlowChild, Job, JobContext, QueueError
 
 from .fixtures import Conformance, succeed, wait_for, wait_until
+from .requirements import requires, requires_virtual_leases
+from .running import stop
 
 __all__ = ["TestCancel", "TestCancelRunning", "TestWithoutCancel"]
 
@@ -49,12 +51,8 @@ async def _state(conformance: Conformance, job_id: str) -> str | None:
     return None if info is None else info.state
 
 
-@pytest.mark.anyio
+@requires("cancel", "the backend cannot cancel a job by id")
 class TestCancel:
-    @pytest.fixture(autouse=True)
-    def _needs_cancel(self, conformance: Conformance) -> None:
-        conformance.require("cancel", "the backend cannot cancel a job by id")
-
     async def test_cancel_pending_job_removes_it_from_the_queue(
         self, conformance: Conformance
     ) -> None:
@@ -186,9 +184,7 @@ class TestCancel:
         assert await q.sweep() == 0
         assert await conformance.leasable() == 0
         handler.release.set()  # without heartbeats nobody tells the handler: it finishes
-        consumer.cancel()
-        with anyio.fail_after(10):
-            await consumer.wait_stopped()
+        await stop(consumer)
         assert (consumer.stats.succeeded, consumer.stats.stale) == (0, 1)
         assert await _state(conformance, job_id) in ("cancelled", None)
 
@@ -252,14 +248,10 @@ class TestCancel:
         assert await conformance.size() == 0
 
 
-@pytest.mark.anyio
+@requires("cancel", "the backend cannot cancel a job by id")
+@requires_virtual_leases
 class TestCancelRunning:
     """The worker running a cancelled job learns it at its next heartbeat."""
-
-    @pytest.fixture(autouse=True)
-    def _needs_cancel(self, conformance: Conformance) -> None:
-        conformance.require("cancel", "the backend cannot cancel a job by id")
-        conformance.require_virtual_leases()
 
     async def test_cancel_stops_a_running_handler_at_the_next_heartbeat(
         self, conformance: Conformance
@@ -278,9 +270,7 @@ class TestCancelRunning:
         assert (consumer.stats.succeeded, consumer.stats.failed, consumer.stats.stale) == (0, 0, 1)
         assert await conformance.size() == 0
         assert await _state(conformance, job_id) in ("cancelled", None)
-        consumer.cancel()
-        with anyio.fail_after(10):
-            await consumer.wait_stopped()
+        await stop(consumer)
 
     async def test_other_running_handlers_keep_going(self, conformance: Conformance) -> None:
         q, name = conformance.queue, conformance.name
@@ -294,9 +284,7 @@ class TestCancelRunning:
         handler.release.set()
         await wait_until(lambda: consumer.stats.succeeded == 1, "the other job to complete")
         assert consumer.stats.stale == 1
-        consumer.cancel()
-        with anyio.fail_after(10):
-            await consumer.wait_stopped()
+        await stop(consumer)
         assert await _state(conformance, kept) in ("done", None)
 
     async def test_cancel_abandons_a_running_sync_handler(self, conformance: Conformance) -> None:
@@ -319,9 +307,7 @@ class TestCancelRunning:
         finally:
             release.set()
         await anyio.to_thread.run_sync(returned.wait, 10)
-        consumer.cancel()
-        with anyio.fail_after(10):
-            await consumer.wait_stopped()
+        await stop(consumer)
         assert consumer.stats.succeeded == 0
         assert await _state(conformance, job_id) in ("cancelled", None)
 

@@ -16,18 +16,11 @@ import pytest
 from blamequeue import Consumer, Job, JobContext, RateLimit
 
 from .fixtures import Conformance, succeed, wait_for, wait_until
+from .running import stop
 
 __all__ = ["TestConsume", "TestConsumerConcurrency", "TestRateLimit"]
 
 POLL = 0.05
-
-
-async def _stop(*consumers: Consumer) -> None:
-    for consumer in consumers:
-        consumer.cancel()
-    with anyio.fail_after(10):
-        for consumer in consumers:
-            await consumer.wait_stopped()
 
 
 @pytest.mark.anyio
@@ -42,7 +35,7 @@ class TestConsume:
 
         consumer = await q.consume(name, record, poll_interval=POLL)
         await wait_until(lambda: consumer.stats.succeeded == 3, "three jobs to complete")
-        await _stop(consumer)
+        await stop(consumer)
         assert seen == [1, 2, 3]
         assert (consumer.stats.leased, consumer.stats.failed) == (3, 0)
         assert await conformance.size() == 0
@@ -60,7 +53,7 @@ class TestConsume:
         consumer = await q.consume(name, record, poll_interval=3600)
         await q.enqueue(name, "wake up")
         await wait_for(handled, "the idle consumer to take the new job")
-        await _stop(consumer)
+        await stop(consumer)
 
     async def test_idle_consumer_wakes_when_the_clock_reaches_a_delayed_job(
         self, conformance: Conformance
@@ -82,7 +75,7 @@ class TestConsume:
         await wait_until(lambda: clock.next_deadline is not None, "the consumer to idle")
         conformance.advance(60)
         await wait_for(handled, "the consumer to take the job once due")
-        await _stop(consumer)
+        await stop(consumer)
         assert started_at == [due]
 
     async def test_consumer_retries_a_failed_job_after_its_backoff(
@@ -103,7 +96,7 @@ class TestConsume:
         failed_at = runs[0][1]
         conformance.advance(1)  # the default backoff after one failure
         await wait_until(lambda: consumer.stats.succeeded == 1, "the retry to succeed")
-        await _stop(consumer)
+        await stop(consumer)
         assert runs == [(1, failed_at), (2, failed_at + 1)]
         assert await conformance.size() == 0
 
@@ -125,7 +118,7 @@ class TestConsume:
         assert not consumer.cancelled  # it lives on
         await q.enqueue(name, "ok")
         await wait_until(lambda: consumer.stats.succeeded == 2, "a later job to complete")
-        await _stop(consumer)
+        await stop(consumer)
         stats = consumer.stats
         assert (stats.leased, stats.succeeded, stats.failed, stats.stale) == (4, 2, 2, 0)
         if conformance.capabilities.dlq:
@@ -190,7 +183,7 @@ class TestConsumerConcurrency:
         consumers.append(await q.consume(name, handler, concurrency=3, poll_interval=POLL))
         [consumer] = consumers
         await wait_until(lambda: consumer.stats.succeeded == 10, "ten jobs to complete")
-        await _stop(consumer)
+        await stop(consumer)
         assert peak == 3
         assert max(in_flight) <= 3
 
@@ -220,7 +213,7 @@ class TestConsumerConcurrency:
         await wait_until(
             lambda: a.stats.succeeded == 2 and b.stats.succeeded == 1, "the held jobs to settle"
         )
-        await _stop(a, b)
+        await stop(a, b)
         assert started == {"a": 2, "b": 1}
         assert await conformance.size() == 0
 
@@ -250,7 +243,7 @@ class TestRateLimit:
         await wait_until(lambda: consumer.stats.succeeded == 4, "two more after 10 s")
         conformance.advance(10)
         await wait_until(lambda: consumer.stats.succeeded == 5, "the last one")
-        await _stop(consumer)
+        await stop(consumer)
         # Time moves only when the test advances it: a third start before the window passed
         # would carry the first window's time.
         assert starts == [t0, t0, t0 + 10, t0 + 10, t0 + 20]
@@ -264,4 +257,4 @@ class TestRateLimit:
         await wait_until(lambda: consumer.stats.succeeded == 1, "the first start")
         conformance.advance(5)
         await wait_until(lambda: consumer.stats.succeeded == 2, "the second start")
-        await _stop(consumer)
+        await stop(consumer)

@@ -10,6 +10,7 @@ import pytest
 from blamequeue import DeadLetter, Job, JobContext, QueueError
 
 from .fixtures import Conformance, fail, succeed
+from .requirements import requires
 
 __all__ = ["TestDeadLetterQueue", "TestWithoutDeadLetterQueue"]
 
@@ -22,12 +23,8 @@ async def _kill(conformance: Conformance, payload: object = "doomed") -> str:
     return job_id
 
 
-@pytest.mark.anyio
+@requires("dlq", "there is no dead-letter queue to check")
 class TestDeadLetterQueue:
-    @pytest.fixture(autouse=True)
-    def _needs_dlq(self, conformance: Conformance) -> None:
-        conformance.require("dlq", "there is no dead-letter queue to check")
-
     async def test_exhausted_attempts_move_job_to_dlq(self, conformance: Conformance) -> None:
         conformance.require_virtual_time("the retry is reached by moving the clock")
         q, name = conformance.queue, conformance.name

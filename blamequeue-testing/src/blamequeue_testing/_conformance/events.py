@@ -14,6 +14,8 @@ import blamequeue
 from blamequeue import Job, JobContext, QueueError, QueueEvent
 
 from .fixtures import Conformance, succeed, wait_until
+from .requirements import requires
+from .running import stop
 
 __all__ = ["TestEvents", "TestPause"]
 
@@ -163,8 +165,7 @@ class TestEvents:
         await queue.enqueue(name, 1)
         with anyio.fail_after(10):
             await finished.wait()
-        consumer.cancel()
-        await consumer.wait_stopped()
+        await stop(consumer)
         names = [event.name for event in seen]
         assert names[0] == "worker.started"
         assert names[-1] == "worker.stopped"
@@ -188,12 +189,8 @@ class TestEvents:
             assert caught.value.code == "queue/bad-argument"
 
 
-@pytest.mark.anyio
+@requires("records", "the backend keeps no shared records for pause flags")
 class TestPause:
-    @pytest.fixture(autouse=True)
-    def _needs_records(self, conformance: Conformance) -> None:
-        conformance.require("records", "the backend keeps no shared records for pause flags")
-
     async def test_a_paused_queue_is_not_leased_by_any_queue_object(
         self, conformance: Conformance
     ) -> None:
@@ -239,8 +236,7 @@ class TestPause:
         with anyio.fail_after(10):
             await got.wait()
         assert ran == ["waits"]
-        consumer.cancel()
-        await consumer.wait_stopped()
+        await stop(consumer)
 
     async def test_pause_checks_its_argument(self, conformance: Conformance) -> None:
         with pytest.raises(QueueError) as caught:

@@ -6,28 +6,17 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-import anyio
 import pytest
 
 from blamequeue import FlowChild, FlowResult, Job, JobContext, QueueError
 
 from .fixtures import BACKEND, Conformance, fail, succeed, wait_until
+from .requirements import requires
+from .running import Recorder, stop
 
 __all__ = ["TestFlowValidation", "TestFlows", "TestWithoutFlows"]
 
 SECRET = "flow-payload-secret-41c9"
-
-
-class _Recorder:
-    """A handler that completes every job and remembers the payloads it ran, in order."""
-
-    def __init__(self) -> None:
-        self.seen: list[Any] = []
-        self.jobs: list[Job] = []
-
-    async def __call__(self, job: Job, ctx: JobContext) -> None:
-        self.seen.append(job.payload)
-        self.jobs.append(job)
 
 
 async def _run(conformance: Conformance, handler: Any = succeed, max: int = 100) -> int:
@@ -43,12 +32,8 @@ async def _assert_error(code: str, call: Any) -> QueueError:
     return info.value
 
 
-@pytest.mark.anyio
+@requires("flows", "the backend cannot park and release flow children")
 class TestFlows:
-    @pytest.fixture(autouse=True)
-    def _needs_flows(self, conformance: Conformance) -> None:
-        conformance.require("flows", "the backend cannot park and release flow children")
-
     async def test_child_waits_parked_until_its_dependency_is_done(
         self, conformance: Conformance
     ) -> None:
@@ -60,7 +45,7 @@ class TestFlows:
                 FlowChild(name="parse", payload="parse", depends_on=["fetch"]),
             ],
         )
-        record = _Recorder()
+        record = Recorder()
         assert await _run(conformance, record) == 1
         assert record.seen == ["fetch"]
         # Due at once: no clock advance needed.
@@ -79,7 +64,7 @@ class TestFlows:
                 FlowChild(name="second", payload=2, depends_on=["first"], priority=100),
             ],
         )
-        record = _Recorder()
+        record = Recorder()
         assert await _run(conformance, record, max=1) == 1
         assert record.seen == [1]  # the higher priority of the parked child does not matter
 
@@ -93,7 +78,7 @@ class TestFlows:
                 {"name": "join", "payload": "join", "depends_on": ["a", "b"]},
             ],
         )
-        record = _Recorder()
+        record = Recorder()
         assert await _run(conformance, record, max=1) == 1
         assert record.seen == ["a"]
         assert await _run(conformance, record, max=1) == 1
@@ -112,7 +97,7 @@ class TestFlows:
         completed_at = conformance.now()
         assert await _run(conformance) == 1
         conformance.advance(1)
-        record = _Recorder()
+        record = Recorder()
         assert await _run(conformance, record) == 1
         [child] = record.jobs
         assert child.available_at == datetime.fromtimestamp(completed_at, UTC)
@@ -130,7 +115,7 @@ class TestFlows:
                 FlowChild(name="join", payload="join", depends_on=("left", "right")),
             ],
         )
-        record = _Recorder()
+        record = Recorder()
         assert await _run(conformance, record) == 1
         assert await _run(conformance, record) == 2  # both branches at once
         assert await _run(conformance, record) == 1
@@ -145,7 +130,7 @@ class TestFlows:
             for n in reversed(range(5))
         ]
         await q.enqueue_flow(name, children)
-        record = _Recorder()
+        record = Recorder()
         for _ in range(5):
             assert await _run(conformance, record) == 1
         assert record.seen == [0, 1, 2, 3, 4]
@@ -168,7 +153,7 @@ class TestFlows:
         ids = [job.job_id for job in result.jobs]
         assert len(set(ids)) == 3
         assert all(job_id.startswith("job-") for job_id in ids)
-        record = _Recorder()
+        record = Recorder()
         for _ in range(3):
             await _run(conformance, record)
         assert [job.id for job in record.jobs] == ids
@@ -195,7 +180,7 @@ class TestFlows:
                 FlowChild(name="b", payload={"n": 2}, depends_on=["a"], trace_id="trace-b"),
             ],
         )
-        record = _Recorder()
+        record = Recorder()
         await _run(conformance, record)
         await _run(conformance, record)
         a, b = record.jobs
@@ -217,7 +202,7 @@ class TestFlows:
                 FlowChild(name="high", payload="high", depends_on=["root"], priority=9),
             ],
         )
-        record = _Recorder()
+        record = Recorder()
         await _run(conformance, record)
         await _run(conformance, record)
         assert record.seen == ["root", "high", "low"]
@@ -234,7 +219,7 @@ class TestFlows:
         assert (await q.tick(name, fail)).failed == 1
         assert await _run(conformance) == 0  # flaky backs off, next stays parked
         conformance.advance(1)
-        record = _Recorder()
+        record = Recorder()
         assert await _run(conformance, record) == 1
         assert await _run(conformance, record) == 1
         assert record.seen == ["flaky", "next"]
@@ -261,7 +246,7 @@ class TestFlows:
         assert (await q.flow_status(result.flow_id)).states == {"charge": "dead", "ship": "parked"}
 
         assert await q.dlq_retry(charge) is True
-        record = _Recorder()
+        record = Recorder()
         assert await _run(conformance, record) == 1
         assert await _run(conformance, record) == 1
         assert [job.id for job in record.jobs] == [charge, ship]
@@ -281,7 +266,7 @@ class TestFlows:
         self, conformance: Conformance
     ) -> None:
         q, name = conformance.queue, conformance.name
-        record = _Recorder()
+        record = Recorder()
         # A poll interval far beyond the safety net: only the release's wake-up can deliver.
         consumer = await q.consume(name, record, poll_interval=3600)
         try:
@@ -295,9 +280,7 @@ class TestFlows:
             )
             await wait_until(lambda: len(record.seen) == 3, "the whole chain to run")
         finally:
-            consumer.cancel()
-            with anyio.fail_after(10):
-                await consumer.wait_stopped()
+            await stop(consumer)
         assert record.seen == ["a", "b", "c"]
 
     # -- size, purge ---------------------------------------------------------------------------
@@ -420,12 +403,8 @@ _BAD_FLOWS: list[tuple[str, Any]] = [
 ]
 
 
-@pytest.mark.anyio
+@requires("flows", "enqueue_flow refuses with queue/flow-unsupported first")
 class TestFlowValidation:
-    @pytest.fixture(autouse=True)
-    def _needs_flows(self, conformance: Conformance) -> None:
-        conformance.require("flows", "enqueue_flow refuses with queue/flow-unsupported first")
-
     @pytest.mark.parametrize(("case", "children"), _BAD_FLOWS, ids=[c for c, _ in _BAD_FLOWS])
     async def test_malformed_flow_is_bad_flow(
         self, conformance: Conformance, case: str, children: Any

@@ -6,12 +6,12 @@ import inspect
 import threading
 from typing import Any
 
-import anyio
 import pytest
 
 from blamequeue import Job, JobContext, QueueError
 
 from .fixtures import Conformance, wait_until
+from .running import stop
 
 __all__ = ["TestHandlers"]
 
@@ -80,9 +80,7 @@ class TestHandlers:
         consumer = await q.consume(name, handler, concurrency=2, poll_interval=0.05)
         stats = consumer.stats
         await wait_until(lambda: stats.succeeded + stats.failed >= 3, "three sync jobs to settle")
-        consumer.cancel()
-        with anyio.fail_after(10):
-            await consumer.wait_stopped()
+        await stop(consumer)
         assert (stats.succeeded, stats.failed) == (3, 0)
         assert sorted(seen) == [1, 2, 3]
 
@@ -127,9 +125,7 @@ class TestHandlers:
         assert not consumer.cancelled
         await q.enqueue(name, "after")
         await wait_until(lambda: consumer.stats.succeeded == 2, "a later job to complete")
-        consumer.cancel()
-        with anyio.fail_after(10):
-            await consumer.wait_stopped()
+        await stop(consumer)
 
     async def test_return_value_that_is_not_json_still_completes_the_job(
         self, conformance: Conformance

@@ -17,7 +17,6 @@ import anyio
 import pytest
 
 from blamequeue import (
-    Consumer,
     FlowChild,
     Job,
     JobContext,
@@ -32,6 +31,8 @@ from blamequeue.abc import WorkerRecord
 from blamequeue.errors import UnsupportedError
 
 from .fixtures import BACKEND, SAFETY_NET, Conformance, fail, succeed, wait_until
+from .requirements import requires
+from .running import stop
 
 __all__ = [
     "TestGetJob",
@@ -81,14 +82,6 @@ def _ids(page: JobPage) -> list[str]:
     return [info.job.id for info in page.jobs]
 
 
-async def _stop(*consumers: Consumer) -> None:
-    for consumer in consumers:
-        consumer.cancel()
-    with anyio.fail_after(SAFETY_NET):
-        for consumer in consumers:
-            await consumer.wait_stopped()
-
-
 async def _workers_until(
     queue: Queue, predicate: Callable[[list[WorkerInfo]], bool], what: str
 ) -> list[WorkerInfo]:
@@ -104,14 +97,8 @@ async def _workers_until(
         pytest.fail(f"gave up waiting for {what}")
 
 
-class _Inspecting:
-    @pytest.fixture(autouse=True)
-    def _needs_inspection(self, conformance: Conformance) -> None:
-        conformance.require("inspection", "the backend cannot be inspected")
-
-
-@pytest.mark.anyio
-class TestGetJob(_Inspecting):
+@requires("inspection", "the backend cannot be inspected")
+class TestGetJob:
     async def test_get_job_returns_the_enqueued_job(self, conformance: Conformance) -> None:
         q, name = conformance.queue, conformance.name
         job_id = await q.enqueue(
@@ -225,8 +212,8 @@ class TestGetJob(_Inspecting):
         assert job.queue == f"{name}-other"
 
 
-@pytest.mark.anyio
-class TestListJobs(_Inspecting):
+@requires("inspection", "the backend cannot be inspected")
+class TestListJobs:
     async def test_lists_by_state_then_enqueue_order(self, conformance: Conformance) -> None:
         conformance.require("dlq", "the listing mixes dead jobs in")
         conformance.require_retained_done_jobs()
@@ -339,8 +326,8 @@ class TestListJobs(_Inspecting):
         await _assert_bad_argument(q.list_jobs(name, cursor=cursor))  # type: ignore[arg-type]
 
 
-@pytest.mark.anyio
-class TestQueueCounts(_Inspecting):
+@requires("inspection", "the backend cannot be inspected")
+class TestQueueCounts:
     async def test_counts_each_state_of_the_queue(self, conformance: Conformance) -> None:
         conformance.require("dlq", "there is no dead-letter queue")
         conformance.require_retained_done_jobs()
@@ -383,8 +370,8 @@ class TestQueueCounts(_Inspecting):
         assert name not in {info.name for info in await q.queues()}
 
 
-@pytest.mark.anyio
-class TestWorkers(_Inspecting):
+@requires("inspection", "the backend cannot be inspected")
+class TestWorkers:
     async def test_a_running_consumer_is_listed_with_where_it_runs(
         self, conformance: Conformance
     ) -> None:
@@ -398,12 +385,12 @@ class TestWorkers(_Inspecting):
             assert worker.started_at.timestamp() == pytest.approx(conformance.now())
             assert worker.last_heartbeat.timestamp() == pytest.approx(conformance.now())
         finally:
-            await _stop(consumer)
+            await stop(consumer)
 
     async def test_a_stopped_consumer_is_no_longer_listed(self, conformance: Conformance) -> None:
         q, name = conformance.queue, conformance.name
         consumer = await q.consume(name, succeed, poll_interval=3600)
-        await _stop(consumer)
+        await stop(consumer)
         assert consumer.id not in {w.id for w in await q.workers()}
 
     async def test_each_consumer_has_its_own_entry(self, conformance: Conformance) -> None:
@@ -416,7 +403,7 @@ class TestWorkers(_Inspecting):
             assert listed[second.id] == f"{name}-other"
             assert first.id != second.id
         finally:
-            await _stop(first, second)
+            await stop(first, second)
 
     async def test_a_live_consumer_heartbeats_as_time_passes(
         self, conformance: Conformance
@@ -436,7 +423,7 @@ class TestWorkers(_Inspecting):
             )
             assert worker.id == consumer.id
         finally:
-            await _stop(consumer)
+            await stop(consumer)
 
     async def test_the_heartbeat_carries_the_consumer_counts(
         self, conformance: Conformance
@@ -464,7 +451,7 @@ class TestWorkers(_Inspecting):
             [worker] = [w for w in await q.workers() if w.id == consumer.id]
             assert (worker.succeeded, worker.failed, worker.in_flight) == (1, 1, 0)
         finally:
-            await _stop(consumer)
+            await stop(consumer)
 
     async def test_a_worker_silent_for_three_heartbeats_is_not_live(
         self, conformance: Conformance
@@ -494,7 +481,7 @@ class TestWorkers(_Inspecting):
                 ids = {w.id for w in await conformance.queue.workers()}
                 assert consumer.id in ids
             finally:
-                await _stop(consumer)
+                await stop(consumer)
 
 
 @pytest.mark.anyio
@@ -538,4 +525,4 @@ class TestWithoutInspection:
             with anyio.fail_after(SAFETY_NET):
                 await handled.wait()
         finally:
-            await _stop(consumer)
+            await stop(consumer)

@@ -12,23 +12,20 @@ from datetime import UTC, datetime
 from typing import Any
 
 import anyio
-import pytest
 
 from blamequeue import Job, JobContext, QueueError, TickResult
 
 from .fixtures import BACKEND, Conformance, succeed, wait_for, wait_until
+from .requirements import requires_virtual_leases
+from .running import stop
 
 __all__ = ["TestExtendLease", "TestHeartbeat", "TestLeaseFence", "TestSweep"]
 
 LEASE = 10.0
 
 
-@pytest.mark.anyio
+@requires_virtual_leases
 class TestLeaseFence:
-    @pytest.fixture(autouse=True)
-    def _needs_virtual_leases(self, conformance: Conformance) -> None:
-        conformance.require_virtual_leases()
-
     async def test_handler_that_outlives_its_lease_ends_stale(
         self, conformance: Conformance
     ) -> None:
@@ -132,12 +129,8 @@ class TestLeaseFence:
         assert await conformance.size() == 0
 
 
-@pytest.mark.anyio
+@requires_virtual_leases
 class TestSweep:
-    @pytest.fixture(autouse=True)
-    def _needs_virtual_leases(self, conformance: Conformance) -> None:
-        conformance.require_virtual_leases()
-
     async def test_sweep_repends_expired_lease_due_at_once(self, conformance: Conformance) -> None:
         q, name = conformance.queue, conformance.name
         await q.enqueue(name, "x", max_attempts=3)
@@ -251,11 +244,7 @@ class TestSweep:
             conformance.advance(lease + 5)  # no sweep() call: the timer does it
             await wait_for(rerun, "the sweep timer to hand the job to the other worker")
             release.set()
-            for consumer in (dead_worker, other):
-                consumer.cancel()
-            with anyio.fail_after(10):
-                await dead_worker.wait_stopped()
-                await other.wait_stopped()
+            await stop(dead_worker, other)
             assert dead_worker.stats.stale == 1
             assert other.stats.succeeded == 1
             assert await q.size(name) == 0
@@ -268,12 +257,8 @@ class TestSweep:
         assert await conformance.size() == 1
 
 
-@pytest.mark.anyio
+@requires_virtual_leases
 class TestHeartbeat:
-    @pytest.fixture(autouse=True)
-    def _needs_virtual_leases(self, conformance: Conformance) -> None:
-        conformance.require_virtual_leases()
-
     async def test_consume_heartbeat_keeps_slow_handler_lease(
         self, conformance: Conformance
     ) -> None:
@@ -304,9 +289,7 @@ class TestHeartbeat:
             assert await conformance.leasable() == 0
             assert await conformance.size() == 1
         finish.set()
-        consumer.cancel()
-        with anyio.fail_after(10):
-            await consumer.wait_stopped()
+        await stop(consumer)
         assert (consumer.stats.succeeded, consumer.stats.stale) == (1, 0)
         assert await conformance.size() == 0
 
@@ -329,19 +312,13 @@ class TestHeartbeat:
         rerun = await q.tick(name, succeed)  # at least once: the job runs again
         assert rerun.succeeded == 1
         finish.set()
-        consumer.cancel()
-        with anyio.fail_after(10):
-            await consumer.wait_stopped()
+        await stop(consumer)
         assert (consumer.stats.succeeded, consumer.stats.stale) == (0, 1)
         assert await conformance.size() == 0
 
 
-@pytest.mark.anyio
+@requires_virtual_leases
 class TestExtendLease:
-    @pytest.fixture(autouse=True)
-    def _needs_virtual_leases(self, conformance: Conformance) -> None:
-        conformance.require_virtual_leases()
-
     async def test_extend_lease_keeps_tick_job_past_its_lease(
         self, conformance: Conformance
     ) -> None:

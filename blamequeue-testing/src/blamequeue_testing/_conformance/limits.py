@@ -16,6 +16,8 @@ import pytest
 from blamequeue import Job, JobContext, QueueError, RateLimit
 
 from .fixtures import Conformance, succeed, wait_until
+from .requirements import requires
+from .running import lease_order, stop
 
 __all__ = [
     "TestGlobalRateLimit",
@@ -25,23 +27,8 @@ __all__ = [
 ]
 
 
-async def _tick_payloads(conformance: Conformance, **limits: Any) -> list[Any]:
-    """Run one tick under ``limits``; the payloads it ran, in lease order."""
-    seen: list[Any] = []
-
-    async def record(job: Job, ctx: JobContext) -> None:
-        seen.append(job.payload)
-
-    await conformance.queue.tick(conformance.name, record, max=100, **limits)
-    return seen
-
-
-@pytest.mark.anyio
+@requires("group_limits", "group_key and group_concurrency are refused")
 class TestGroupConcurrency:
-    @pytest.fixture(autouse=True)
-    def _requires(self, conformance: Conformance) -> None:
-        conformance.require("group_limits", "group_key and group_concurrency are refused")
-
     async def test_a_group_at_its_limit_is_skipped_for_the_next_eligible_job(
         self, conformance: Conformance
     ) -> None:
@@ -50,17 +37,17 @@ class TestGroupConcurrency:
         await q.enqueue(name, "b1", group_key="tenant-b")
         await q.enqueue(name, "free")
         # The saturated group at the head does not hold back the jobs behind it.
-        assert await _tick_payloads(conformance, group_concurrency=1) == ["a1", "b1", "free"]
-        assert await _tick_payloads(conformance, group_concurrency=1) == ["a2"]
-        assert await _tick_payloads(conformance, group_concurrency=1) == ["a3"]
+        assert await lease_order(conformance, group_concurrency=1) == ["a1", "b1", "free"]
+        assert await lease_order(conformance, group_concurrency=1) == ["a2"]
+        assert await lease_order(conformance, group_concurrency=1) == ["a3"]
 
     async def test_group_concurrency_n_lets_n_jobs_of_a_group_run(
         self, conformance: Conformance
     ) -> None:
         q, name = conformance.queue, conformance.name
         await q.enqueue_many(name, list(range(5)), group_key="g")
-        assert await _tick_payloads(conformance, group_concurrency=2) == [0, 1]
-        assert await _tick_payloads(conformance, group_concurrency=3) == [2, 3, 4]
+        assert await lease_order(conformance, group_concurrency=2) == [0, 1]
+        assert await lease_order(conformance, group_concurrency=3) == [2, 3, 4]
 
     async def test_jobs_in_flight_elsewhere_count_towards_their_group(
         self, conformance: Conformance
@@ -72,12 +59,12 @@ class TestGroupConcurrency:
 
         async def hold_a1(job: Job, ctx: JobContext) -> None:
             # a1 is in flight while this second worker leases.
-            inner.extend(await _tick_payloads(conformance, group_concurrency=1))
+            inner.extend(await lease_order(conformance, group_concurrency=1))
 
         outer = await q.tick(name, hold_a1, max=1, group_concurrency=1)
         assert outer.succeeded == 1
         assert inner == ["b1"]
-        assert await _tick_payloads(conformance, group_concurrency=1) == ["a2"]
+        assert await lease_order(conformance, group_concurrency=1) == ["a2"]
 
     async def test_a_settled_job_frees_its_group_slot(self, conformance: Conformance) -> None:
         conformance.require_virtual_time("the retried job waits out its backoff")
@@ -92,21 +79,21 @@ class TestGroupConcurrency:
         result = await q.tick(name, fail_once, max=10, group_concurrency=1)
         assert (result.leased, result.failed) == (1, 1)
         # a1 waits out its backoff as pending: the group has no job in flight, a2 may run.
-        assert await _tick_payloads(conformance, group_concurrency=1) == ["a2"]
+        assert await lease_order(conformance, group_concurrency=1) == ["a2"]
         conformance.advance(1)
-        assert await _tick_payloads(conformance, group_concurrency=1) == ["a1"]
+        assert await lease_order(conformance, group_concurrency=1) == ["a1"]
 
     async def test_jobs_without_a_group_are_not_limited(self, conformance: Conformance) -> None:
         q, name = conformance.queue, conformance.name
         await q.enqueue_many(name, list(range(4)))
-        assert await _tick_payloads(conformance, group_concurrency=1) == [0, 1, 2, 3]
+        assert await lease_order(conformance, group_concurrency=1) == [0, 1, 2, 3]
 
     async def test_without_group_concurrency_groups_are_not_limited(
         self, conformance: Conformance
     ) -> None:
         q, name = conformance.queue, conformance.name
         await q.enqueue_many(name, [1, 2, 3], group_key="g")
-        assert await _tick_payloads(conformance) == [1, 2, 3]
+        assert await lease_order(conformance) == [1, 2, 3]
 
     async def test_priority_order_holds_among_eligible_jobs(self, conformance: Conformance) -> None:
         conformance.require("priority", "priorities cannot be checked")
@@ -114,7 +101,7 @@ class TestGroupConcurrency:
         await q.enqueue(name, "a-low", group_key="a")
         await q.enqueue(name, "a-high", group_key="a", priority=5)
         await q.enqueue(name, "b-mid", group_key="b", priority=3)
-        assert await _tick_payloads(conformance, group_concurrency=1) == ["a-high", "b-mid"]
+        assert await lease_order(conformance, group_concurrency=1) == ["a-high", "b-mid"]
 
     async def test_the_handler_sees_the_group_key(self, conformance: Conformance) -> None:
         q, name = conformance.queue, conformance.name
@@ -152,24 +139,18 @@ class TestGroupConcurrency:
         try:
             await wait_until(lambda: done == 5, "every job to run")
         finally:
-            consumer.cancel()
-            with anyio.fail_after(10):
-                await consumer.wait_stopped()
+            await stop(consumer)
         assert peak == {"g": 1, "h": 1}
 
 
-@pytest.mark.anyio
+@requires("global_rate_limit", "global_rate_limit is refused")
 class TestGlobalRateLimit:
-    @pytest.fixture(autouse=True)
-    def _requires(self, conformance: Conformance) -> None:
-        conformance.require("global_rate_limit", "global_rate_limit is refused")
-
     async def test_a_full_bucket_allows_a_burst_of_max(self, conformance: Conformance) -> None:
         q, name = conformance.queue, conformance.name
         await q.enqueue_many(name, list(range(10)))
         rate = RateLimit(max=3, per_seconds=10)
-        assert await _tick_payloads(conformance, global_rate_limit=rate) == [0, 1, 2]
-        assert await _tick_payloads(conformance, global_rate_limit=rate) == []
+        assert await lease_order(conformance, global_rate_limit=rate) == [0, 1, 2]
+        assert await lease_order(conformance, global_rate_limit=rate) == []
 
     async def test_tokens_come_back_at_the_rate_on_the_queue_clock(
         self, conformance: Conformance
@@ -177,14 +158,14 @@ class TestGlobalRateLimit:
         q, name = conformance.queue, conformance.name
         await q.enqueue_many(name, list(range(10)))
         rate = {"max": 2, "per_seconds": 10}  # one token every 5 s
-        assert len(await _tick_payloads(conformance, global_rate_limit=rate)) == 2
+        assert len(await lease_order(conformance, global_rate_limit=rate)) == 2
         conformance.advance(4.9)
-        assert await _tick_payloads(conformance, global_rate_limit=rate) == []
+        assert await lease_order(conformance, global_rate_limit=rate) == []
         conformance.advance(0.1)
-        assert await _tick_payloads(conformance, global_rate_limit=rate) == [2]
+        assert await lease_order(conformance, global_rate_limit=rate) == [2]
         # An idle queue saves up at most `max` tokens.
         conformance.advance(3600)
-        assert await _tick_payloads(conformance, global_rate_limit=rate) == [3, 4]
+        assert await lease_order(conformance, global_rate_limit=rate) == [3, 4]
 
     async def test_the_bucket_is_shared_by_every_worker_of_the_queue(
         self, conformance: Conformance
@@ -194,7 +175,7 @@ class TestGlobalRateLimit:
         rate = RateLimit(max=3, per_seconds=10)
         async with conformance.factory.open() as other:
             await conformance.require_shared_store(q, other)
-            assert await _tick_payloads(conformance, global_rate_limit=rate) == [0, 1, 2]
+            assert await lease_order(conformance, global_rate_limit=rate) == [0, 1, 2]
             result = await other.tick(name, succeed, max=10, global_rate_limit=rate)
             assert result.leased == 0
 
@@ -204,7 +185,7 @@ class TestGlobalRateLimit:
         await q.enqueue_many(name, [1, 2])
         await q.enqueue_many(other, [1, 2])
         rate = RateLimit(max=2, per_seconds=60)
-        assert len(await _tick_payloads(conformance, global_rate_limit=rate)) == 2
+        assert len(await lease_order(conformance, global_rate_limit=rate)) == 2
         result = await q.tick(other, succeed, max=10, global_rate_limit=rate)
         assert result.leased == 2
 
@@ -218,9 +199,9 @@ class TestGlobalRateLimit:
             "global_rate_limit": RateLimit(max=2, per_seconds=10),
             "group_concurrency": 1,
         }
-        assert await _tick_payloads(conformance, **limits) == ["a1", "b1"]
+        assert await lease_order(conformance, **limits) == ["a1", "b1"]
         conformance.advance(5)
-        assert await _tick_payloads(conformance, **limits) == ["a2"]
+        assert await lease_order(conformance, **limits) == ["a2"]
 
     async def test_a_consumer_starts_no_more_than_the_fleet_rate(
         self, conformance: Conformance
@@ -247,9 +228,7 @@ class TestGlobalRateLimit:
             conformance.advance(5)
             await wait_until(lambda: consumer.stats.succeeded == 5, "one more after 5 s")
         finally:
-            consumer.cancel()
-            with anyio.fail_after(10):
-                await consumer.wait_stopped()
+            await stop(consumer)
         assert starts == [t0, t0, t0 + 10, t0 + 10, t0 + 15]
 
 

@@ -13,15 +13,12 @@ from blamequeue import HealthThresholds, Job, JobContext, QueueError
 
 from .fixtures import Conformance
 
+from .requirements import requires
 __all__ = ["TestHealth", "TestMetrics", "TestQueueStats"]
 
 
-@pytest.mark.anyio
+@requires("inspection", "the backend cannot report queue statistics")
 class TestQueueStats:
-    @pytest.fixture(autouse=True)
-    def _needs_inspection(self, conformance: Conformance) -> None:
-        conformance.require("inspection", "the backend cannot report queue statistics")
-
     async def test_delayed_jobs_and_the_oldest_due_job(self, conformance: Conformance) -> None:
         conformance.require_virtual_time("due times are read from the queue's clock")
         queue, name = conformance.queue, conformance.name
@@ -42,12 +39,8 @@ class TestQueueStats:
         assert stats.oldest_due_at == pytest.approx(first_at)
 
 
-@pytest.mark.anyio
+@requires("records", "the backend keeps no shared records for metrics")
 class TestMetrics:
-    @pytest.fixture(autouse=True)
-    def _needs_records(self, conformance: Conformance) -> None:
-        conformance.require("records", "the backend keeps no shared records for metrics")
-
     async def test_figures_are_kept_in_the_backend_for_every_process(
         self, conformance: Conformance
     ) -> None:
@@ -117,12 +110,8 @@ class TestMetrics:
             assert caught.value.code == "queue/bad-argument"
 
 
-@pytest.mark.anyio
+@requires("inspection", "the backend cannot list its queues")
 class TestHealth:
-    @pytest.fixture(autouse=True)
-    def _needs_inspection(self, conformance: Conformance) -> None:
-        conformance.require("inspection", "the backend cannot list its queues")
-
     async def test_healthy_then_degraded_then_unhealthy_as_the_oldest_job_waits(
         self, conformance: Conformance
     ) -> None:

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from blamequeue import Job, JobContext
 
 from .fixtures import Conformance
+from .running import lease_order
 
 __all__ = ["TestDelay", "TestOrdering"]
 
@@ -16,15 +15,12 @@ _INT32_MIN = -(2**31)
 _INT32_MAX = 2**31 - 1
 
 
-async def _lease_order(conformance: Conformance, *, max: int = 100) -> list[Any]:
-    """The payloads of one tick, in the order it ran them (its lease order)."""
-    seen: list[Any] = []
-
-    async def record(job: Job, ctx: JobContext) -> None:
-        seen.append(job.payload)
-
-    await conformance.queue.tick(conformance.name, record, max=max)
-    return seen
+async def _due_exactly_at(conformance: Conformance, due: float) -> None:
+    """The test's one job is not leasable a millisecond before ``due``, and is at ``due``."""
+    conformance.advance_to(due - 0.001)
+    assert await conformance.leasable() == 0
+    conformance.advance_to(due)
+    assert await conformance.leasable() == 1
 
 
 @pytest.mark.anyio
@@ -34,7 +30,7 @@ class TestOrdering:
         q, name = conformance.queue, conformance.name
         for priority in (0, 5, -3, 10, 1):
             await q.enqueue(name, priority, priority=priority)
-        assert await _lease_order(conformance) == [10, 5, 1, 0, -3]
+        assert await lease_order(conformance) == [10, 5, 1, 0, -3]
 
     async def test_priority_extremes_of_int32_are_accepted_and_ordered(
         self, conformance: Conformance
@@ -43,14 +39,14 @@ class TestOrdering:
         q, name = conformance.queue, conformance.name
         for priority in (0, _INT32_MIN, _INT32_MAX, -1, 1):
             await q.enqueue(name, priority, priority=priority)
-        assert await _lease_order(conformance) == [_INT32_MAX, 1, 0, -1, _INT32_MIN]
+        assert await lease_order(conformance) == [_INT32_MAX, 1, 0, -1, _INT32_MIN]
 
     async def test_equal_priority_leases_in_enqueue_order(self, conformance: Conformance) -> None:
         q, name = conformance.queue, conformance.name
         for n in range(6):
             await q.enqueue(name, n)
         await q.enqueue_many(name, [6, 7, 8])
-        assert await _lease_order(conformance) == list(range(9))
+        assert await lease_order(conformance) == list(range(9))
 
     async def test_equal_priority_leases_earlier_available_at_first(
         self, conformance: Conformance
@@ -62,7 +58,7 @@ class TestOrdering:
         await q.enqueue(name, "due second", delay=20)
         await q.enqueue(name, "due first", delay=10)
         conformance.advance(60)
-        assert await _lease_order(conformance) == ["due first", "due second", "due third"]
+        assert await lease_order(conformance) == ["due first", "due second", "due third"]
 
     async def test_priority_beats_earlier_available_at(self, conformance: Conformance) -> None:
         conformance.require("priority", "priorities cannot be checked")
@@ -71,7 +67,7 @@ class TestOrdering:
         await q.enqueue(name, "low, due long ago", priority=0)
         conformance.advance(100)
         await q.enqueue(name, "high, due just now", priority=1)
-        assert await _lease_order(conformance) == ["high, due just now", "low, due long ago"]
+        assert await lease_order(conformance) == ["high, due just now", "low, due long ago"]
 
     async def test_delayed_high_priority_job_is_not_leased_before_due(
         self, conformance: Conformance
@@ -81,17 +77,17 @@ class TestOrdering:
         q, name = conformance.queue, conformance.name
         await q.enqueue(name, "high later", priority=100, delay=10)
         await q.enqueue(name, "low now", priority=-100)
-        assert await _lease_order(conformance) == ["low now"]
+        assert await lease_order(conformance) == ["low now"]
         conformance.advance(10)
-        assert await _lease_order(conformance) == ["high later"]
+        assert await lease_order(conformance) == ["high later"]
 
     async def test_batch_lease_respects_order_across_ticks(self, conformance: Conformance) -> None:
         conformance.require("priority", "priorities cannot be checked")
         q, name = conformance.queue, conformance.name
         for n in range(10):
             await q.enqueue(name, n, priority=n % 3)
-        first = await _lease_order(conformance, max=4)
-        rest = await _lease_order(conformance, max=100)
+        first = await lease_order(conformance, max=4)
+        rest = await lease_order(conformance, max=100)
         expected = sorted(range(10), key=lambda n: (-(n % 3), n))
         assert first + rest == expected
 
@@ -107,10 +103,7 @@ class TestDelay:
         due = conformance.now() + 10.0
         await q.enqueue(name, "later", delay=10)
         assert await conformance.leasable() == 0
-        conformance.advance_to(due - 0.001)
-        assert await conformance.leasable() == 0
-        conformance.advance_to(due)
-        assert await conformance.leasable() == 1
+        await _due_exactly_at(conformance, due)
 
     async def test_delayed_job_counts_in_size(self, conformance: Conformance) -> None:
         conformance.require("delay", "delays cannot be checked")
@@ -142,7 +135,4 @@ class TestDelay:
         q, name = conformance.queue, conformance.name
         due = conformance.now() + 0.25
         await q.enqueue(name, "soon", delay=0.25)
-        conformance.advance_to(due - 0.001)
-        assert await conformance.leasable() == 0
-        conformance.advance_to(due)
-        assert await conformance.leasable() == 1
+        await _due_exactly_at(conformance, due)

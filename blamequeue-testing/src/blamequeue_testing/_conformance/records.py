@@ -16,16 +16,13 @@ from blamequeue import QueueError
 from blamequeue._records import decode_value
 
 from .fixtures import Conformance
+from .requirements import requires
 
 __all__ = ["TestRecords", "TestWithoutRecords"]
 
 
-@pytest.mark.anyio
+@requires("records", "the backend keeps no shared records")
 class TestRecords:
-    @pytest.fixture(autouse=True)
-    def _needs_records(self, conformance: Conformance) -> None:
-        conformance.require("records", "the backend keeps no shared records")
-
     def _kind(self, conformance: Conformance) -> str:
         # Kinds are global to the store: each test uses its own, named after its queue.
         return f"test.{conformance.name}"

@@ -22,6 +22,7 @@ from blamequeue.errors import JobFailedError
 
 from .fixtures import BACKEND, SAFETY_NET, Conformance, fail, succeed, wait_for
 
+from .requirements import requires
 __all__ = ["TestFlowResults", "TestProgressEvents", "TestResults", "TestWithoutResults"]
 
 POLL = 1.0
@@ -77,12 +78,8 @@ def _returning(value: Any) -> Callable[[Job, JobContext], Awaitable[Any]]:
     return handler
 
 
-@pytest.mark.anyio
+@requires("results", "Queue.result() needs a backend that keeps results")
 class TestResults:
-    @pytest.fixture(autouse=True)
-    def _needs_results(self, conformance: Conformance) -> None:
-        conformance.require("results", "Queue.result() needs a backend that keeps results")
-
     async def test_result_is_the_handlers_return_value(self, conformance: Conformance) -> None:
         q, name = conformance.queue, conformance.name
         job_id = await q.enqueue(name, {"n": 2})
@@ -246,13 +243,9 @@ class TestResults:
         assert info.value.code == "queue/bad-argument"
 
 
-@pytest.mark.anyio
+@requires("flows", "dependency results need flows")
+@requires("results", "dependency results need a backend that keeps results")
 class TestFlowResults:
-    @pytest.fixture(autouse=True)
-    def _needs_flow_results(self, conformance: Conformance) -> None:
-        conformance.require("flows", "dependency results need flows")
-        conformance.require("results", "dependency results need a backend that keeps results")
-
     async def _run_flow(self, conformance: Conformance, last: Any) -> dict[str, Any]:
         q, name = conformance.queue, conformance.name
         await q.enqueue_flow(
@@ -314,12 +307,8 @@ async def _progress_steps(job: Job, ctx: JobContext) -> str:
     return "finished"
 
 
-@pytest.mark.anyio
+@requires("progress_events", "Queue.subscribe needs progress events")
 class TestProgressEvents:
-    @pytest.fixture(autouse=True)
-    def _needs_events(self, conformance: Conformance) -> None:
-        conformance.require("progress_events", "Queue.subscribe needs progress events")
-
     async def _collect(self, conformance: Conformance, job_id: str, then: Any) -> list[Any]:
         q = conformance.queue
         events: list[Any] = []

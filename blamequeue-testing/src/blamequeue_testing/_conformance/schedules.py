@@ -17,6 +17,7 @@ import pytest
 from blamequeue import Every, JobContext, Queue, QueueError
 
 from .fixtures import Conformance
+from .requirements import requires, requires_virtual_time
 
 __all__ = ["TestSchedules", "TestWithoutSchedules"]
 
@@ -33,13 +34,9 @@ def _move_to(conformance: Conformance, when: datetime) -> None:
     conformance.clock.advance(when.timestamp() - conformance.now())
 
 
-@pytest.mark.anyio
+@requires("records", "the backend keeps no shared records for slot claims")
+@requires_virtual_time("slots are read from the queue's clock")
 class TestSchedules:
-    @pytest.fixture(autouse=True)
-    def _needs_records(self, conformance: Conformance) -> None:
-        conformance.require("records", "the backend keeps no shared records for slot claims")
-        conformance.require_virtual_time("slots are read from the queue's clock")
-
     async def test_each_slot_fires_once_across_schedulers(self, conformance: Conformance) -> None:
         queue, name = conformance.queue, conformance.name
         _declare(queue, name)

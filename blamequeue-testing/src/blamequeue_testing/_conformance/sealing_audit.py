@@ -30,6 +30,8 @@ from blamequeue.abc import Backend, StoredJob
 from blamequeue.errors import SealKeyMissingError
 
 from .fixtures import BACKEND, Conformance, succeed, wait_until
+from .requirements import requires
+from .running import stop
 
 __all__ = ["TestAuditTrail", "TestSealKeyFile", "TestSealing"]
 
@@ -150,8 +152,7 @@ async def _unseal_failures_reach_the_dlq(
     await wait_until(lambda: consumer.stats.moved_to_dlq == 1, "the bad job to reach the DLQ")
     good_id = await reader.enqueue(name, "readable")
     await wait_until(lambda: len(seen) == len(others) + 1, "the worker to run the next job")
-    consumer.cancel()
-    await consumer.wait_stopped()
+    await stop(consumer)
     assert sorted(seen) == sorted([*others, good_id])
     assert (consumer.stats.succeeded, consumer.stats.failed) == (len(others) + 1, 1)
     [dead] = await reader.dlq_list(name)
@@ -165,12 +166,8 @@ async def _unseal_failures_reach_the_dlq(
     return dead.last_error
 
 
-@pytest.mark.anyio
+@requires("dlq", "unreadable jobs are checked in the dead-letter queue")
 class TestSealing:
-    @pytest.fixture(autouse=True)
-    def _needs_dlq(self, conformance: Conformance) -> None:
-        conformance.require("dlq", "unreadable jobs are checked in the dead-letter queue")
-
     async def test_payload_and_last_error_are_stored_sealed(self, conformance: Conformance) -> None:
         q, name = conformance.queue, conformance.name
         job_id = await q.enqueue(name, {"card": PAYLOAD_SECRET}, max_attempts=1)
@@ -295,8 +292,7 @@ class TestSealing:
             good = await right.consume(name, recorder("right"), concurrency=4, poll_interval=0.01)
             await wait_until(lambda: len(done_by["right"]) == len(ids), "every job to be done")
             for consumer in (good, bad):
-                consumer.cancel()
-                await consumer.wait_stopped()
+                await stop(consumer)
             assert sorted(done_by["right"]) == list(range(20))
             assert done_by["wrong"] == []
             assert await right.dlq_size(name) == 0

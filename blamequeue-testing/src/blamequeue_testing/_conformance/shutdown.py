@@ -7,19 +7,49 @@ anyio requires); what it left behind is read through a second queue on the same 
 from __future__ import annotations
 
 import threading
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
 import anyio.from_thread
 import pytest
 
-from blamequeue import Job, JobContext
+from blamequeue import Job, JobContext, Queue
 
 from .fixtures import SAFETY_NET, Conformance, wait_for, wait_until
+from .running import Recorder
 
 __all__ = ["TestShutdown"]
 
 POLL = 0.05
+
+
+@asynccontextmanager
+async def _worker_and_observer(conformance: Conformance) -> AsyncIterator[tuple[Queue, Queue]]:
+    """A started worker queue and an observer queue that shares its store (the test skips when
+    they do not); on exit the worker is shut down, unless the test did, then the observer."""
+    async with conformance.factory.open() as observer:
+        worker = conformance.factory.build()
+        await worker.start()
+        try:
+            await conformance.require_shared_store(worker, observer)
+            yield worker, observer
+        finally:
+            await worker.shutdown()
+
+
+async def _released_with_its_attempt_given_back(conformance: Conformance, observer: Queue) -> None:
+    """The one job the worker was running is pending again at once (no clock advance), not
+    dead-lettered, and its next run is its first attempt again."""
+    name = conformance.name
+    assert await observer.size(name) == 1
+    if conformance.capabilities.dlq:
+        assert await observer.dlq_size(name) == 0
+    record = Recorder()
+    rerun = await observer.tick(name, record)
+    assert (rerun.leased, rerun.succeeded) == (1, 1)
+    assert [job.attempts for job in record.jobs] == [1]
 
 
 @pytest.mark.anyio
@@ -69,32 +99,16 @@ class TestShutdown:
                 cancelled.append(job.attempts)
                 raise
 
-        async with conformance.factory.open() as observer:
-            worker = conformance.factory.build()
-            await worker.start()
-            try:
-                await conformance.require_shared_store(worker, observer)
-                # One attempt only: were the interruption counted as a failure, it would die.
-                await worker.enqueue(name, "interrupted", max_attempts=1)
-                consumer = await worker.consume(name, stuck, poll_interval=POLL)
-                await wait_for(started, "the handler to start")
-                await worker.shutdown(timeout=0)
-            finally:
-                await worker.shutdown()
+        async with _worker_and_observer(conformance) as (worker, observer):
+            # One attempt only: were the interruption counted as a failure, it would die.
+            await worker.enqueue(name, "interrupted", max_attempts=1)
+            consumer = await worker.consume(name, stuck, poll_interval=POLL)
+            await wait_for(started, "the handler to start")
+            await worker.shutdown(timeout=0)
             assert cancelled == [1]
             stats = consumer.stats
             assert (stats.succeeded, stats.failed, stats.moved_to_dlq) == (0, 0, 0)
-            assert await observer.size(name) == 1
-            if conformance.capabilities.dlq:
-                assert await observer.dlq_size(name) == 0
-            seen: list[int] = []
-
-            async def record(job: Job, ctx: JobContext) -> None:
-                seen.append(job.attempts)
-
-            rerun = await observer.tick(name, record)  # no clock advance: released at once
-            assert rerun.succeeded == 1
-            assert seen == [1]  # the interrupted attempt was given back
+            await _released_with_its_attempt_given_back(conformance, observer)
 
     async def test_shutdown_abandons_a_sync_handler_past_its_deadline(
         self, conformance: Conformance
@@ -109,30 +123,18 @@ class TestShutdown:
             unblock.wait(SAFETY_NET)
             finished.append(job.id)
 
-        async with conformance.factory.open() as observer:
-            worker = conformance.factory.build()
-            await worker.start()
+        async with _worker_and_observer(conformance) as (worker, observer):
             try:
-                await conformance.require_shared_store(worker, observer)
                 await worker.enqueue(name, "in a thread", max_attempts=1)
                 consumer = await worker.consume(name, stuck, poll_interval=POLL)
                 await wait_for(started, "the sync handler to start")
                 await worker.shutdown(timeout=0)  # a thread cannot be cancelled: abandoned
             finally:
                 unblock.set()
-                await worker.shutdown()
             assert (consumer.stats.succeeded, consumer.stats.failed) == (0, 0)
             await wait_until(lambda: len(finished) == 1, "the abandoned thread to end")
-            assert await observer.size(name) == 1  # its late completion was not applied
-            if conformance.capabilities.dlq:
-                assert await observer.dlq_size(name) == 0
-            seen: list[int] = []
-
-            async def record(job: Job, ctx: JobContext) -> None:
-                seen.append(job.attempts)
-
-            rerun = await observer.tick(name, record)  # released at once, attempt given back
-            assert (rerun.leased, seen) == (1, [1])
+            # Its late completion was not applied.
+            await _released_with_its_attempt_given_back(conformance, observer)
 
     async def test_shutdown_leaves_waiting_jobs_pending(self, conformance: Conformance) -> None:
         name = conformance.name
@@ -142,17 +144,11 @@ class TestShutdown:
             started.set()
             await anyio.sleep_forever()
 
-        async with conformance.factory.open() as observer:
-            worker = conformance.factory.build()
-            await worker.start()
-            try:
-                await conformance.require_shared_store(worker, observer)
-                await worker.enqueue_many(name, ["running", "waiting", "waiting"])
-                await worker.consume(name, stuck, poll_interval=POLL)
-                await wait_for(started, "the handler to start")
-                await worker.shutdown(timeout=0)
-            finally:
-                await worker.shutdown()
+        async with _worker_and_observer(conformance) as (worker, observer):
+            await worker.enqueue_many(name, ["running", "waiting", "waiting"])
+            await worker.consume(name, stuck, poll_interval=POLL)
+            await wait_for(started, "the handler to start")
+            await worker.shutdown(timeout=0)
             assert await observer.size(name) == 3
             assert (await observer.tick(name, _record_nothing, max=10)).leased == 3
 

@@ -18,6 +18,7 @@ import pytest
 from blamequeue import Job, JobContext, QueueError, TickResult
 
 from .fixtures import Conformance, succeed, wait_for, wait_until
+from .running import stop
 
 __all__ = ["TestTimeouts"]
 
@@ -148,9 +149,7 @@ class TestTimeouts:
         await wait_until(lambda: consumer.stats.failed == 1, "the timed-out attempt to settle")
         assert handler.cancelled
         assert consumer.stats.moved_to_dlq == 1
-        consumer.cancel()
-        with anyio.fail_after(10):
-            await consumer.wait_stopped()
+        await stop(consumer)
         assert await conformance.size() == 0
 
     async def test_sync_handler_past_its_timeout_is_abandoned(

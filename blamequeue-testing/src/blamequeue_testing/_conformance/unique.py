@@ -18,22 +18,13 @@ import pytest
 from blamequeue import Job, JobContext, Queue, QueueError
 
 from .fixtures import Conformance, fail, succeed
+from .requirements import requires
+from .running import lease_order
 
 __all__ = ["TestUniqueArguments", "TestUniqueJobs", "TestWithoutUniqueJobs"]
 
 _KEY = "reindex:user-42"
 _CONCURRENT = 24
-
-
-async def _payloads(conformance: Conformance) -> list[Any]:
-    """Run every due job of the test's queue once (completing it); their payloads, in order."""
-    seen: list[Any] = []
-
-    async def record(job: Job, ctx: JobContext) -> None:
-        seen.append(job.payload)
-
-    await conformance.queue.tick(conformance.name, record, max=1000)
-    return seen
 
 
 async def _shared_queues(
@@ -45,12 +36,8 @@ async def _shared_queues(
     return queues if await conformance.shares_store(queues[0], conformance.queue) else []
 
 
-@pytest.mark.anyio
+@requires("unique", "the backend cannot deduplicate jobs by unique key")
 class TestUniqueJobs:
-    @pytest.fixture(autouse=True)
-    def _require_unique(self, conformance: Conformance) -> None:
-        conformance.require("unique", "the backend cannot deduplicate jobs by unique key")
-
     async def test_duplicate_of_a_pending_job_returns_its_id_and_stores_nothing(
         self, conformance: Conformance
     ) -> None:
@@ -59,7 +46,7 @@ class TestUniqueJobs:
         again = await q.enqueue(name, "second", unique_key=_KEY, priority=0)
         assert again == first
         assert await q.size(name) == 1
-        assert await _payloads(conformance) == ["first"]
+        assert await lease_order(conformance, max=1000) == ["first"]
 
     async def test_duplicate_of_a_delayed_job_returns_its_id(
         self, conformance: Conformance
@@ -104,7 +91,7 @@ class TestUniqueJobs:
         assert await q.purge(name) == 1
         ids.append(await q.enqueue(name, "fresh", unique_key=_KEY))
         assert len(set(ids)) == 4
-        assert await _payloads(conformance) == ["fresh"]
+        assert await lease_order(conformance, max=1000) == ["fresh"]
 
     async def test_the_key_is_free_once_unique_for_has_passed(
         self, conformance: Conformance
@@ -199,7 +186,7 @@ class TestUniqueJobs:
         second = await q.enqueue(name, "fresh", unique_key=_KEY)
         assert await q.dlq_retry(first)
         assert await q.enqueue(name, "again", unique_key=_KEY) == second
-        assert sorted(await _payloads(conformance)) == ["doomed", "fresh"]
+        assert sorted(await lease_order(conformance, max=1000)) == ["doomed", "fresh"]
 
     async def test_a_deduplicated_enqueue_is_audited_with_the_job_it_returned(
         self, conformance: Conformance
