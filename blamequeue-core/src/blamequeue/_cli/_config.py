@@ -22,7 +22,9 @@ error (exit code 2).
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import tempfile
 import tomllib
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
@@ -32,15 +34,19 @@ from blamequeue import Queue
 from blamequeue._environment import config_from_env
 from blamequeue.errors import ConfigError
 
-from ._running import UsageError, run_on_loop
+from ._running import Subparsers, UsageError, add_command, run_on_loop
 
 __all__ = [
     "CONFIG_HELP",
+    "add_queue_argument",
+    "add_queue_command",
     "add_queue_options",
+    "backend_config",
     "backend_configs",
     "build_queue",
     "chosen_backends",
     "load_config",
+    "new_database",
     "with_queue",
 ]
 
@@ -61,24 +67,56 @@ configuration:
 """
 
 
-def add_queue_options(parser: argparse.ArgumentParser, *, backend_help: str | None = None) -> None:
-    """``--config`` / ``--path`` (one or the other) and ``--backend``."""
-    source = parser.add_mutually_exclusive_group()
-    source.add_argument(
-        "--config",
-        metavar="FILE",
-        help="TOML file with [backends.NAME] tables (instead of BLAMEQUEUE_* variables)",
+def add_queue_command(
+    subparsers: Subparsers,
+    name: str,
+    *,
+    help: str,
+    description: str,
+    examples: str,
+    run: Callable[[argparse.Namespace], int] | None = None,
+) -> argparse.ArgumentParser:
+    """A command (or action) on the configured queue: its ``--help`` ends with ``examples``
+    (lines ending with a newline) and :data:`CONFIG_HELP`."""
+    return add_command(
+        subparsers,
+        name,
+        help=help,
+        description=description,
+        epilog=f"examples:\n{examples}\n{CONFIG_HELP}",
+        run=run,
     )
+
+
+def add_queue_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("queue", metavar="QUEUE", help="the queue's name")
+
+
+def add_queue_options(
+    parser: argparse.ArgumentParser,
+    *,
+    backend_help: str | None = "backend to use, by its name in --config (default: the default one)",
+    config_help: str = "TOML file with [backends.NAME] tables (instead of BLAMEQUEUE_* variables)",
+    backend_config: bool = False,
+) -> None:
+    """``--config`` / ``--path`` (one or the other; with ``backend_config``, or
+    ``--backend-config``) and ``--backend`` (not with ``backend_help=None``)."""
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--config", metavar="FILE", help=config_help)
     source.add_argument(
         "--path",
         metavar="FILE",
         help="SQLite file of the local backend (sets BLAMEQUEUE_LOCAL_PATH)",
     )
-    parser.add_argument(
-        "--backend",
-        metavar="NAME",
-        help=backend_help or "backend to use, by its name in --config (default: the default one)",
-    )
+    if backend_config:
+        source.add_argument(
+            "--backend-config",
+            metavar="JSON",
+            help='one backend\'s config as JSON, e.g. \'{"protocol": "local", "path": '
+            '"jobs.db"}\', or @FILE to read it from a file (instead of BLAMEQUEUE_* variables)',
+        )
+    if backend_help is not None:
+        parser.add_argument("--backend", metavar="NAME", help=backend_help)
 
 
 def _invalid(message: str) -> ConfigError:
@@ -117,10 +155,32 @@ def load_config(path: str) -> dict[str, Any]:
     return data
 
 
+def backend_config(text: str) -> dict[str, Any]:
+    """``--backend-config``: one backend's config as JSON, or ``@FILE`` holding it."""
+    source = "--backend-config"
+    if text.startswith("@"):
+        source = text[1:]
+        try:
+            text = Path(source).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise UsageError(f"--backend-config: cannot read {source}: {exc.strerror}") from None
+    try:
+        config = json.loads(text)
+    except ValueError as exc:
+        raise UsageError(f"{source} is not valid JSON: {exc}") from None
+    if not isinstance(config, dict):
+        raise UsageError(
+            f'{source} must be a JSON object such as {{"protocol": "local", "path": "jobs.db"}}'
+        )
+    return config
+
+
 def _queue_arguments(args: argparse.Namespace, env: Mapping[str, str]) -> dict[str, Any]:
     """``Queue(...)`` keyword arguments from the options (``from_env`` if none)."""
     if getattr(args, "config", None):
         return load_config(args.config)
+    if getattr(args, "backend_config", None) is not None:
+        return {"backends": {"default": backend_config(args.backend_config)}}
     environ = dict(env)
     if getattr(args, "path", None):
         protocol = environ.get("BLAMEQUEUE_PROTOCOL", "local").strip() or "local"
@@ -198,6 +258,24 @@ def with_queue(
             return await body(queue)
 
     return run_on_loop(main, loop)
+
+
+def new_database(path: str | None, command: str) -> tuple[Path, Path | None]:
+    """The SQLite file a command that starts from nothing writes: ``--path``, which must not
+    exist yet, or else a file in a new temporary directory, returned second for the caller to
+    delete (None for ``--path``)."""
+    if path is None:
+        temporary = Path(tempfile.mkdtemp(prefix=f"blamequeue-{command}-"))
+        return temporary / f"{command}.db", temporary
+    chosen = Path(path)
+    if chosen.exists():
+        raise UsageError(
+            f"{chosen} already exists; {command} only writes to a new file (pick another --path, "
+            f"or leave it out to use a temporary one)"
+        )
+    if not chosen.parent.is_dir():
+        raise UsageError(f"the directory of --path {chosen} does not exist")
+    return chosen, None
 
 
 def chosen_backends(queue: Queue, args: argparse.Namespace) -> list[str]:

@@ -3,25 +3,34 @@
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING, TypeAlias
 
 from blamequeue import Queue
 from blamequeue.errors import UnsupportedError
 
-from ._config import CONFIG_HELP, add_queue_options, chosen_backends, with_queue
-from ._inspect import run_size
-from ._ops import run_purge
-from ._output import cut, dead_letter_document, print_json, print_table, show_payload, timestamp
-from ._running import EXIT_NOT_FOUND, EXIT_OK, positive_int, say
-from ._terminal import Terminal
+from ._config import (
+    add_queue_argument,
+    add_queue_command,
+    add_queue_options,
+    chosen_backends,
+    with_queue,
+)
+from ._inspect import add_size_options
+from ._ops import add_purge_options
+from ._output import (
+    add_json_option,
+    cut,
+    dead_letter_document,
+    print_json,
+    print_json_or_table,
+    show_payload,
+    timestamp,
+    wide,
+)
+from ._running import EXIT_NOT_FOUND, EXIT_OK, Subparsers, positive_int, say
 
 __all__ = ["add_parser"]
 
-if TYPE_CHECKING:
-    Subparsers: TypeAlias = argparse._SubParsersAction[argparse.ArgumentParser]
-
-_EPILOG = """\
-examples:
+_EXAMPLES = """\
   blamequeue dlq list emails                      # most recently failed first
   blamequeue dlq list emails --limit 5 --json
   blamequeue dlq retry job-01J0ZK5V3G9YB6R2W8X4T1QH7C
@@ -35,102 +44,96 @@ purged.
 
 
 def add_parser(subparsers: Subparsers) -> None:
-    parser = subparsers.add_parser(
+    parser = add_queue_command(
+        subparsers,
         "dlq",
         help="the dead-letter queue: list, retry, size, purge",
         description="Work with the dead-letter queue: jobs that ran out of attempts.",
-        epilog=_EPILOG + "\n" + CONFIG_HELP,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        examples=_EXAMPLES,
     )
-    actions = parser.add_subparsers(title="actions", metavar="ACTION", dest="action")
-    actions.required = True
-
-    def action(name: str, help: str, description: str) -> argparse.ArgumentParser:
-        sub = actions.add_parser(
-            name,
-            help=help,
-            description=description,
-            epilog=_EPILOG + "\n" + CONFIG_HELP,
-            formatter_class=argparse.RawDescriptionHelpFormatter,
-        )
-        sub.add_argument("--json", action="store_true", help="print one JSON document on stdout")
-        return sub
-
-    listing = action(
+    actions = parser.add_subparsers(title="actions", metavar="ACTION", dest="action", required=True)
+    listing = add_queue_command(
+        actions,
         "list",
-        "list a queue's dead jobs, most recently failed first",
-        "List the dead jobs of QUEUE, most recently failed first, with their last error.",
+        help="list a queue's dead jobs, most recently failed first",
+        description=(
+            "List the dead jobs of QUEUE, most recently failed first, with their last error."
+        ),
+        examples=_EXAMPLES,
+        run=_list,
     )
-    listing.add_argument("queue", metavar="QUEUE", help="the queue's name")
+    add_queue_argument(listing)
+    add_json_option(listing)
     listing.add_argument(
-        "--limit",
-        type=positive_int,
-        default=50,
-        metavar="N",
-        help="at most N jobs (default: 50)",
+        "--limit", type=positive_int, default=50, metavar="N", help="at most N jobs (default: 50)"
     )
     add_queue_options(listing)
-    listing.set_defaults(run=_list)
 
-    retry = action(
+    retry = add_queue_command(
+        actions,
         "retry",
-        "put a dead job back to pending, attempts reset (exit 3 if not found)",
-        "Move the dead job JOB_ID back to pending, due now, with its attempts reset.\n"
-        "Exit code 3 when no dead job has that id.",
+        help="put a dead job back to pending, attempts reset (exit 3 if not found)",
+        description=(
+            "Move the dead job JOB_ID back to pending, due now, with its attempts reset.\n"
+            "Exit code 3 when no dead job has that id."
+        ),
+        examples=_EXAMPLES,
+        run=_retry,
     )
     retry.add_argument("job_id", metavar="JOB_ID", help="the dead job's id (job-...)")
+    add_json_option(retry)
     add_queue_options(retry, backend_help="look only in this backend (default: every backend)")
-    retry.set_defaults(run=_retry)
 
-    size = action("size", "how many dead jobs a queue has", "Print how many dead jobs QUEUE has.")
-    size.add_argument("queue", metavar="QUEUE", help="the queue's name")
-    add_queue_options(size)
-    size.set_defaults(run=_size)
-
-    purge = action(
-        "purge",
-        "delete a queue's dead jobs (asks first)",
-        "Delete every dead job of QUEUE.  On a terminal it asks first; elsewhere it refuses\n"
-        "unless --yes.",
+    add_size_options(
+        add_queue_command(
+            actions,
+            "size",
+            help="how many dead jobs a queue has",
+            description="Print how many dead jobs QUEUE has.",
+            examples=_EXAMPLES,
+        ),
+        dead=True,
     )
-    purge.add_argument("queue", metavar="QUEUE", help="the queue's name")
-    purge.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
-    add_queue_options(purge)
-    purge.set_defaults(run=_purge)
+    add_purge_options(
+        add_queue_command(
+            actions,
+            "purge",
+            help="delete a queue's dead jobs (asks first)",
+            description=(
+                "Delete every dead job of QUEUE.  On a terminal it asks first; elsewhere it "
+                "refuses\nunless --yes."
+            ),
+            examples=_EXAMPLES,
+        ),
+        dead=True,
+    )
 
 
 def _list(args: argparse.Namespace) -> int:
     async def body(queue: Queue) -> int:
         backend = args.backend or queue.default_backend
         letters = await queue.dlq_list(args.queue, backend=backend, limit=args.limit)
-        if args.json:
-            print_json(
-                {
-                    "queue": args.queue,
-                    "backend": backend,
-                    "dead_letters": [dead_letter_document(d, backend) for d in letters],
-                }
-            )
-            return EXIT_OK
-        terminal = Terminal()
-        if not letters:
-            terminal.print(f"the dead-letter queue of {args.queue!r} is empty")
-            return EXIT_OK
-        wide = terminal.width >= 140
-        print_table(
-            terminal,
+        error_width, payload_width = (60, 40) if wide() else (40, 24)
+        print_json_or_table(
+            args.json,
+            {
+                "queue": args.queue,
+                "backend": backend,
+                "dead_letters": [dead_letter_document(d, backend) for d in letters],
+            },
             ["JOB", "ATTEMPTS", "FAILED AT (UTC)", "LAST ERROR", "PAYLOAD"],
             [
                 [
                     letter.job_id,
                     str(letter.attempts),
                     timestamp(letter.failed_at),
-                    cut(letter.last_error, 60 if wide else 40),
-                    cut(show_payload(letter.payload), 40 if wide else 24),
+                    cut(letter.last_error, error_width),
+                    cut(show_payload(letter.payload), payload_width),
                 ]
                 for letter in letters
             ],
             align="lrlll",
+            empty=f"the dead-letter queue of {args.queue!r} is empty",
         )
         return EXIT_OK
 
@@ -165,21 +168,3 @@ def _retry(args: argparse.Namespace) -> int:
         return EXIT_NOT_FOUND
 
     return with_queue(args, body)
-
-
-def _size(args: argparse.Namespace) -> int:
-    return run_size(args, lambda queue, backend: queue.dlq_size(args.queue, backend=backend))
-
-
-def _purge(args: argparse.Namespace) -> int:
-    name = args.queue
-    return run_purge(
-        args,
-        what=f"purge the dead-letter queue of {name!r}",
-        count=lambda queue, backend: queue.dlq_size(name, backend=backend),
-        purge=lambda queue, backend: queue.dlq_purge(name, backend=backend),
-        question=lambda size, backend: (
-            f"Delete the {size} dead job(s) of queue {name!r} on backend {backend!r}?"
-        ),
-        done=lambda deleted: f"deleted {deleted} dead job(s) of queue {name!r}",
-    )

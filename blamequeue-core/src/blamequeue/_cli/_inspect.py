@@ -7,7 +7,8 @@ import argparse
 import functools
 import json
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
+from datetime import datetime
+from typing import Any, TypeVar
 
 import attrs
 
@@ -18,44 +19,35 @@ from blamequeue._plugins import load_registry
 from blamequeue.abc import JOB_STATES, Capabilities
 from blamequeue.errors import UnsupportedError
 
-from ._config import CONFIG_HELP, add_queue_options, chosen_backends, with_queue
+from ._config import (
+    add_queue_argument,
+    add_queue_command,
+    add_queue_options,
+    chosen_backends,
+    with_queue,
+)
 from ._output import (
+    add_json_option,
     ago,
     cut,
+    fields_of,
     job_document,
     key_values,
     print_json,
+    print_json_or_table,
     print_table,
     queue_document,
     show_payload,
     timestamp,
+    wide,
     worker_document,
 )
-from ._running import EXIT_NOT_FOUND, EXIT_OK, positive_int, say
+from ._running import EXIT_NOT_FOUND, EXIT_OK, Subparsers, positive_int, say
 from ._terminal import Terminal
 
-__all__ = ["add_parser", "run_size"]
+__all__ = ["add_parser", "add_size_options"]
 
 T = TypeVar("T")
-if TYPE_CHECKING:
-    Subparsers: TypeAlias = argparse._SubParsersAction[argparse.ArgumentParser]
-
-
-def _command(
-    subparsers: Subparsers, name: str, help: str, description: str, examples: str
-) -> argparse.ArgumentParser:
-    parser = subparsers.add_parser(
-        name,
-        help=help,
-        description=description,
-        epilog=f"examples:\n{examples}\n{CONFIG_HELP}",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    return parser
-
-
-def _json_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--json", action="store_true", help="print one JSON document on stdout")
 
 
 def _limit(text: str) -> int:
@@ -66,34 +58,36 @@ def _limit(text: str) -> int:
 
 
 def add_parser(subparsers: Subparsers) -> None:
-    size = _command(
+    size = add_queue_command(
         subparsers,
         "size",
-        "how many live jobs a queue holds (pending, delayed, running, parked)",
-        "Print how many live jobs QUEUE holds: pending (delayed ones too), inflight and\n"
-        "parked; done and dead jobs are not counted (see `blamequeue dlq size`).",
-        "  blamequeue size emails\n"
+        help="how many live jobs a queue holds (pending, delayed, running, parked)",
+        description=(
+            "Print how many live jobs QUEUE holds: pending (delayed ones too), inflight and\n"
+            "parked; done and dead jobs are not counted (see `blamequeue dlq size`)."
+        ),
+        examples="  blamequeue size emails\n"
         '  blamequeue size emails --json              # {"queue": ..., "size": 12, ...}\n'
         "  blamequeue size emails --path /var/lib/app/jobs.db\n",
     )
-    size.add_argument("queue", metavar="QUEUE", help="the queue's name")
-    _json_option(size)
-    add_queue_options(size)
-    size.set_defaults(run=_size)
+    add_size_options(size, dead=False)
 
-    jobs = _command(
+    jobs = add_queue_command(
         subparsers,
         "jobs",
-        "list a queue's jobs by state, a page at a time",
-        "List the jobs of QUEUE: pending first, then inflight, parked, done (while retained)\n"
-        "and dead, each in enqueue order, --limit at a time.  When more follow, the last line\n"
-        "gives the command for the next page (--cursor).",
-        "  blamequeue jobs emails\n"
+        help="list a queue's jobs by state, a page at a time",
+        description=(
+            "List the jobs of QUEUE: pending first, then inflight, parked, done (while retained)\n"
+            "and dead, each in enqueue order, --limit at a time.  When more follow, the last line\n"
+            "gives the command for the next page (--cursor)."
+        ),
+        examples="  blamequeue jobs emails\n"
         "  blamequeue jobs emails --state dead --limit 20\n"
         "  blamequeue jobs emails --cursor pending:1234      # the next page\n"
         "  blamequeue jobs emails --json | jq '.jobs[].id'\n",
+        run=_jobs,
     )
-    jobs.add_argument("queue", metavar="QUEUE", help="the queue's name")
+    add_queue_argument(jobs)
     jobs.add_argument(
         "--state", choices=JOB_STATES, help="only jobs in this state (default: every state)"
     )
@@ -107,71 +101,80 @@ def add_parser(subparsers: Subparsers) -> None:
     jobs.add_argument(
         "--cursor", metavar="CURSOR", help="continue after the page that printed this cursor"
     )
-    _json_option(jobs)
+    add_json_option(jobs)
     add_queue_options(jobs)
-    jobs.set_defaults(run=_jobs)
 
-    job = _command(
+    job = add_queue_command(
         subparsers,
         "job",
-        "show one job: its state, payload, attempts and last error",
-        "Show the job JOB_ID wherever it is (pending, inflight, parked, done while retained,\n"
-        "or dead).  Exit code 3 when no backend holds it.",
-        "  blamequeue job job-01J0ZK5V3G9YB6R2W8X4T1QH7C\n"
+        help="show one job: its state, payload, attempts and last error",
+        description=(
+            "Show the job JOB_ID wherever it is (pending, inflight, parked, done while retained,\n"
+            "or dead).  Exit code 3 when no backend holds it."
+        ),
+        examples="  blamequeue job job-01J0ZK5V3G9YB6R2W8X4T1QH7C\n"
         "  blamequeue job job-01J0ZK5V3G9YB6R2W8X4T1QH7C --json | jq .state\n",
+        run=_job,
     )
     job.add_argument("job_id", metavar="JOB_ID", help="the id enqueue returned (job-...)")
-    _json_option(job)
+    add_json_option(job)
     add_queue_options(job, backend_help="look only in this backend (default: every backend)")
-    job.set_defaults(run=_job)
 
-    queues = _command(
-        subparsers,
-        "queues",
-        "list the queues that hold jobs, with a count per state",
-        "List every queue holding jobs, on every configured backend (or --backend), with how\n"
-        "many of its jobs are pending, inflight, parked, done (retained) and dead.",
-        "  blamequeue queues\n  blamequeue queues --json\n",
-    )
-    _json_option(queues)
-    add_queue_options(queues, backend_help="only this backend (default: every backend)")
-    queues.set_defaults(run=_queues)
+    for name, run, help, description, examples in [
+        (
+            "queues",
+            _queues,
+            "list the queues that hold jobs, with a count per state",
+            "List every queue holding jobs, on every configured backend (or --backend), with "
+            "how\nmany of its jobs are pending, inflight, parked, done (retained) and dead.",
+            "  blamequeue queues\n  blamequeue queues --json\n",
+        ),
+        (
+            "workers",
+            _workers,
+            "list the live workers (consumers) and their last heartbeat",
+            "List the consumers running now, in any process or host: each registers itself in "
+            "the\nbackend and heartbeats every 5 s; one silent for 15 s is not listed.",
+            "  blamequeue workers\n  blamequeue workers --json | jq '.workers | length'\n",
+        ),
+        (
+            "backends",
+            _backends,
+            "list the configured backends, their protocol and circuit-breaker state",
+            "Open every configured backend and show its protocol, its circuit breaker (closed,\n"
+            "open, half-open) and what it can do.  Fails (exit 1) when a backend cannot be "
+            "opened.",
+            "  blamequeue backends\n  blamequeue backends --config queues.toml --json\n",
+        ),
+    ]:
+        listing = add_queue_command(
+            subparsers, name, help=help, description=description, examples=examples, run=run
+        )
+        add_json_option(listing)
+        add_queue_options(listing, backend_help="only this backend (default: every backend)")
 
-    workers = _command(
-        subparsers,
-        "workers",
-        "list the live workers (consumers) and their last heartbeat",
-        "List the consumers running now, in any process or host: each registers itself in the\n"
-        "backend and heartbeats every 5 s; one silent for 15 s is not listed.",
-        "  blamequeue workers\n  blamequeue workers --json | jq '.workers | length'\n",
-    )
-    _json_option(workers)
-    add_queue_options(workers, backend_help="only this backend (default: every backend)")
-    workers.set_defaults(run=_workers)
-
-    backends = _command(
-        subparsers,
-        "backends",
-        "list the configured backends, their protocol and circuit-breaker state",
-        "Open every configured backend and show its protocol, its circuit breaker (closed,\n"
-        "open, half-open) and what it can do.  Fails (exit 1) when a backend cannot be opened.",
-        "  blamequeue backends\n  blamequeue backends --config queues.toml --json\n",
-    )
-    _json_option(backends)
-    add_queue_options(backends, backend_help="only this backend (default: every backend)")
-    backends.set_defaults(run=_backends)
-
-    plugins = _command(
+    plugins = add_queue_command(
         subparsers,
         "plugins",
-        "list the loaded plugins: what they register and their distribution",
-        "List the plugins loaded from the 'blamequeue' entry-point group (the built-in\n"
-        "backends come in the same way), what each registers, and the distribution and\n"
-        "version it comes from.  BLAMEQUEUE_PLUGINS / BLAMEQUEUE_DISABLE_PLUGINS select them.",
-        "  blamequeue plugins\n  BLAMEQUEUE_DISABLE_PLUGINS=redis blamequeue plugins --json\n",
+        help="list the loaded plugins: what they register and their distribution",
+        description=(
+            "List the plugins loaded from the 'blamequeue' entry-point group (the built-in\n"
+            "backends come in the same way), what each registers, and the distribution and\n"
+            "version it comes from.  BLAMEQUEUE_PLUGINS / BLAMEQUEUE_DISABLE_PLUGINS select them."
+        ),
+        examples="  blamequeue plugins\n"
+        "  BLAMEQUEUE_DISABLE_PLUGINS=redis blamequeue plugins --json\n",
+        run=_plugins,
     )
-    _json_option(plugins)
-    plugins.set_defaults(run=_plugins)
+    add_json_option(plugins)
+
+
+def add_size_options(parser: argparse.ArgumentParser, *, dead: bool) -> None:
+    """What ``size`` and ``dlq size`` (``dead``) take: QUEUE, ``--json`` and the queue's."""
+    add_queue_argument(parser)
+    add_json_option(parser)
+    add_queue_options(parser)
+    parser.set_defaults(run=_size, dead=dead)
 
 
 # -- helpers ------------------------------------------------------------------------------------
@@ -194,8 +197,8 @@ async def _per_backend(
     return results
 
 
-def _job_rows(infos: list[JobInfo], terminal: Terminal) -> list[list[str]]:
-    wide = terminal.width >= 140
+def _job_rows(infos: list[JobInfo]) -> list[list[str]]:
+    payload_width, error_width = (40, 50) if wide() else (24, 30)
     return [
         [
             info.job.id,
@@ -205,21 +208,22 @@ def _job_rows(infos: list[JobInfo], terminal: Terminal) -> list[list[str]]:
             timestamp(info.job.available_at),
             cut(
                 "<unreadable>" if info.payload_error else show_payload(info.job.payload),
-                40 if wide else 24,
+                payload_width,
             ),
-            cut(info.job.last_error, 50 if wide else 30),
+            cut(info.job.last_error, error_width),
         ]
         for info in infos
     ]
 
 
 # -- commands -----------------------------------------------------------------------------------
-def run_size(args: argparse.Namespace, count: Callable[[Queue, str], Awaitable[int]]) -> int:
-    """A size command: print ``count(queue, backend)`` for ``args.queue``, or JSON."""
+def _size(args: argparse.Namespace) -> int:
+    """``size`` or ``dlq size`` (``args.dead``): print how many jobs, or JSON."""
 
     async def body(queue: Queue) -> int:
         backend = args.backend or queue.default_backend
-        size = await count(queue, backend)
+        count = queue.dlq_size if args.dead else queue.size
+        size = await count(args.queue, backend=backend)
         if args.json:
             print_json({"queue": args.queue, "backend": backend, "size": size})
         else:
@@ -229,46 +233,35 @@ def run_size(args: argparse.Namespace, count: Callable[[Queue, str], Awaitable[i
     return with_queue(args, body)
 
 
-def _size(args: argparse.Namespace) -> int:
-    return run_size(args, lambda queue, backend: queue.size(args.queue, backend=backend))
-
-
 def _jobs(args: argparse.Namespace) -> int:
     async def body(queue: Queue) -> int:
         backend = args.backend or queue.default_backend
         page = await queue.list_jobs(
             args.queue, state=args.state, limit=args.limit, cursor=args.cursor, backend=backend
         )
-        if args.json:
-            print_json(
-                {
-                    "queue": args.queue,
-                    "backend": backend,
-                    "state": args.state,
-                    "jobs": [job_document(info) for info in page.jobs],
-                    "next_cursor": page.next_cursor,
-                }
-            )
-            return EXIT_OK
-        terminal = Terminal()
         which = f"{args.state} jobs" if args.state else "jobs"
-        if not page.jobs:
-            terminal.print(f"no {which} in queue {args.queue!r} (backend {backend!r})")
-            return EXIT_OK
-        print_table(
-            terminal,
+        drawn = print_json_or_table(
+            args.json,
+            {
+                "queue": args.queue,
+                "backend": backend,
+                "state": args.state,
+                "jobs": [job_document(info) for info in page.jobs],
+                "next_cursor": page.next_cursor,
+            },
             ["ID", "STATE", "PRI", "ATTEMPTS", "AVAILABLE (UTC)", "PAYLOAD", "LAST ERROR"],
-            _job_rows(page.jobs, terminal),
+            _job_rows(page.jobs),
             align="llrllll",
+            empty=f"no {which} in queue {args.queue!r} (backend {backend!r})",
         )
-        if page.next_cursor is not None:
+        if drawn and page.next_cursor is not None:
             more = [f"blamequeue jobs {args.queue}"]
             if args.state:
                 more.append(f"--state {args.state}")
             if args.limit != 50:
                 more.append(f"--limit {args.limit}")
             more.append(f"--cursor {page.next_cursor}")
-            terminal.print(f"more {which}: {' '.join(more)}")
+            Terminal().print(f"more {which}: {' '.join(more)}")
         return EXIT_OK
 
     return with_queue(args, body)
@@ -338,34 +331,24 @@ def _pretty_json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, indent=2)
 
 
+#: The states ``queues`` shows a count of, in its columns' order.
+_COUNTED = ("pending", "inflight", "parked", "done", "dead", "cancelled")
+
+
 def _queues(args: argparse.Namespace) -> int:
     async def body(queue: Queue) -> int:
         found = await _per_backend(queue, args, lambda name: queue.queues(backend=name))
         infos: list[QueueInfo] = [info for _name, infos in found for info in infos]
-        if args.json:
-            print_json({"queues": [queue_document(info) for info in infos]})
-            return EXIT_OK
-        terminal = Terminal()
-        if not infos:
-            terminal.print("no queue holds jobs")
-            return EXIT_OK
-        print_table(
-            terminal,
-            ["BACKEND", "QUEUE", "PENDING", "INFLIGHT", "PARKED", "DONE", "DEAD", "CANCELLED"],
+        print_json_or_table(
+            args.json,
+            {"queues": [queue_document(info) for info in infos]},
+            ["BACKEND", "QUEUE", *(state.upper() for state in _COUNTED)],
             [
-                [
-                    info.backend,
-                    info.name,
-                    str(info.pending),
-                    str(info.inflight),
-                    str(info.parked),
-                    str(info.done),
-                    str(info.dead),
-                    str(info.cancelled),
-                ]
+                [info.backend, info.name, *(str(getattr(info, state)) for state in _COUNTED)]
                 for info in infos
             ],
             align="llrrrrrr",
+            empty="no queue holds jobs",
         )
         return EXIT_OK
 
@@ -376,16 +359,10 @@ def _workers(args: argparse.Namespace) -> int:
     async def body(queue: Queue) -> int:
         found = await _per_backend(queue, args, lambda name: queue.workers(backend=name))
         infos: list[WorkerInfo] = [info for _name, infos in found for info in infos]
-        if args.json:
-            print_json({"workers": [worker_document(info) for info in infos]})
-            return EXIT_OK
-        terminal = Terminal()
-        if not infos:
-            terminal.print("no live workers")
-            return EXIT_OK
         now = to_datetime(queue.clock.now())
-        print_table(
-            terminal,
+        print_json_or_table(
+            args.json,
+            {"workers": [worker_document(info) for info in infos]},
             [
                 "WORKER",
                 "BACKEND",
@@ -399,27 +376,23 @@ def _workers(args: argparse.Namespace) -> int:
                 "STARTED",
                 "HEARTBEAT",
             ],
-            [
-                [
-                    info.id,
-                    info.backend,
-                    info.queue,
-                    info.host,
-                    str(info.pid),
-                    str(info.concurrency),
-                    str(info.in_flight),
-                    str(info.succeeded),
-                    str(info.failed),
-                    ago(info.started_at, now),
-                    ago(info.last_heartbeat, now),
-                ]
-                for info in infos
-            ],
+            [_worker_row(info, now) for info in infos],
             align="llllrrrrrll",
+            empty="no live workers",
         )
         return EXIT_OK
 
     return with_queue(args, body)
+
+
+def _worker_row(info: WorkerInfo, now: datetime) -> list[str]:
+    counts = (info.pid, info.concurrency, info.in_flight, info.succeeded, info.failed)
+    return [
+        *(info.id, info.backend, info.queue, info.host),
+        *map(str, counts),
+        ago(info.started_at, now),
+        ago(info.last_heartbeat, now),
+    ]
 
 
 def _capabilities(protocol: str) -> Capabilities:
@@ -475,54 +448,41 @@ def _backends(args: argparse.Namespace) -> int:
 
 def _plugins(args: argparse.Namespace) -> int:
     registry = load_registry()
-    if args.json:
-        print_json(
-            {
-                "plugins": [
-                    {
-                        "name": info.name,
-                        "distribution": info.distribution,
-                        "version": info.version,
-                        "protocols": list(info.protocols),
-                        "audit_sinks": list(info.audit_sinks),
-                        "sealers": list(info.sealers),
-                        "dev_servers": list(info.dev_servers),
-                    }
-                    for info in registry.plugins
-                ],
-                "failed": dict(registry.failed),
-            }
-        )
-        return EXIT_OK
-    terminal = Terminal()
-    if registry.plugins:
-        print_table(
-            terminal,
-            [
-                "PLUGIN",
-                "PROTOCOLS",
-                "AUDIT SINKS",
-                "SEALERS",
-                "DEV SERVERS",
-                "DISTRIBUTION",
-                "VERSION",
-            ],
-            [
-                [
-                    info.name,
-                    ", ".join(info.protocols) or "-",
-                    ", ".join(info.audit_sinks) or "-",
-                    ", ".join(info.sealers) or "-",
-                    ", ".join(info.dev_servers) or "-",
-                    info.distribution or "-",
-                    info.version or "-",
-                ]
+    print_json_or_table(
+        args.json,
+        {
+            "plugins": [
+                {
+                    **fields_of(info, ("name", "distribution", "version")),
+                    **{kind: list(getattr(info, kind)) for kind in _REGISTERED},
+                }
                 for info in registry.plugins
             ],
-            align="lllllll",
-        )
-    else:
-        terminal.print("no plugins loaded (check BLAMEQUEUE_PLUGINS / BLAMEQUEUE_DISABLE_PLUGINS)")
-    for name, error in sorted(registry.failed.items()):
-        say(f"warning: plugin {name!r} failed to load: {error}")
+            "failed": dict(registry.failed),
+        },
+        [
+            "PLUGIN",
+            *(kind.replace("_", " ").upper() for kind in _REGISTERED),
+            "DISTRIBUTION",
+            "VERSION",
+        ],
+        [
+            [
+                info.name,
+                *(", ".join(getattr(info, kind)) or "-" for kind in _REGISTERED),
+                info.distribution or "-",
+                info.version or "-",
+            ]
+            for info in registry.plugins
+        ],
+        align="lllllll",
+        empty="no plugins loaded (check BLAMEQUEUE_PLUGINS / BLAMEQUEUE_DISABLE_PLUGINS)",
+    )
+    if not args.json:
+        for name, error in sorted(registry.failed.items()):
+            say(f"warning: plugin {name!r} failed to load: {error}")
     return EXIT_OK
+
+
+#: What a plugin can register, in the order ``plugins`` shows it.
+_REGISTERED = ("protocols", "audit_sinks", "sealers", "dev_servers")

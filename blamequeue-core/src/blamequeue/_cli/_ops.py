@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, TypeAlias
+from collections.abc import Callable
+from typing import Any
 
 import anyio
 import anyio.lowlevel
@@ -16,12 +16,12 @@ import attrs
 from blamequeue import Queue
 from blamequeue.errors import BadArgumentError, QueueError
 
-from ._config import CONFIG_HELP, add_queue_options, with_queue
-from ._output import print_json
+from ._config import add_queue_argument, add_queue_command, add_queue_options, with_queue
+from ._output import add_json_option, fields_of, print_json
 from ._running import (
     EXIT_ERROR,
     EXIT_OK,
-    LOOPS,
+    Subparsers,
     UsageError,
     non_negative_seconds,
     positive_int,
@@ -29,24 +29,9 @@ from ._running import (
     say,
 )
 from ._terminal import Terminal
-from ._worker import load_handler
+from ._worker import add_handler_options, load_handler
 
-__all__ = ["add_parser", "confirm", "run_purge"]
-
-if TYPE_CHECKING:
-    Subparsers: TypeAlias = argparse._SubParsersAction[argparse.ArgumentParser]
-
-
-def _parser(
-    subparsers: Subparsers, name: str, help: str, description: str, examples: str
-) -> argparse.ArgumentParser:
-    return subparsers.add_parser(
-        name,
-        help=help,
-        description=description,
-        epilog=f"examples:\n{examples}\n{CONFIG_HELP}",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+__all__ = ["add_parser", "add_purge_options", "confirm"]
 
 
 def _int(text: str) -> int:
@@ -57,92 +42,54 @@ def _int(text: str) -> int:
 
 
 def add_parser(subparsers: Subparsers) -> None:
-    enqueue = _parser(
+    enqueue = add_queue_command(
         subparsers,
         "enqueue",
-        "add a job to a queue (payload as JSON) and print its id",
-        "Enqueue one job on QUEUE and print its id.  PAYLOAD is JSON; '-' reads it from\n"
-        "stdin; without it the payload is null.",
-        '  blamequeue enqueue emails \'{"to": "ada@example.com"}\'\n'
+        help="add a job to a queue (payload as JSON) and print its id",
+        description=(
+            "Enqueue one job on QUEUE and print its id.  PAYLOAD is JSON; '-' reads it from\n"
+            "stdin; without it the payload is null."
+        ),
+        examples='  blamequeue enqueue emails \'{"to": "ada@example.com"}\'\n'
         "  blamequeue enqueue emails '\"plain text\"' --priority 10 --delay 60\n"
         "  echo '{\"report\": 7}' | blamequeue enqueue reports - --max-attempts 3\n"
         '  blamequeue enqueue emails \'{}\' --json        # {"job_id": ..., "queue": ...}\n'
         "  blamequeue enqueue digest '{}' --unique-key daily --unique-for 3600\n",
+        run=_enqueue,
     )
-    enqueue.add_argument("queue", metavar="QUEUE", help="the queue's name")
+    add_queue_argument(enqueue)
     enqueue.add_argument(
         "payload",
         metavar="PAYLOAD_JSON",
         nargs="?",
         help="the job's payload as JSON, or - to read it from stdin (default: null)",
     )
-    enqueue.add_argument(
-        "--priority", type=_int, default=0, metavar="N", help="higher runs first (default: 0)"
-    )
-    enqueue.add_argument(
-        "--delay",
-        type=non_negative_seconds,
-        default=0.0,
-        metavar="S",
-        help="seconds before a worker may take it (default: 0)",
-    )
-    enqueue.add_argument(
-        "--max-attempts",
-        type=positive_int,
-        metavar="N",
-        help="attempts before the dead-letter queue (default: the backend's, 5)",
-    )
-    enqueue.add_argument(
-        "--timeout",
-        type=positive_seconds,
-        metavar="S",
-        help="seconds a handler may run on it before it is cancelled (default: no limit)",
-    )
-    enqueue.add_argument("--trace-id", metavar="ID", help="a trace id carried into the audit trail")
-    enqueue.add_argument(
-        "--classification", metavar="LABEL", help="a data classification label for audit"
-    )
-    enqueue.add_argument(
-        "--unique-key",
-        metavar="KEY",
-        help="store nothing and print the live job's id if a job with KEY is pending or running",
-    )
-    enqueue.add_argument(
-        "--unique-for",
-        type=positive_seconds,
-        metavar="S",
-        help="hold --unique-key at most S seconds (default: while the job is live)",
-    )
-    enqueue.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+    for option, kind, default, metavar, text in _ENQUEUE_OPTIONS:
+        enqueue.add_argument(option, type=kind, default=default, metavar=metavar, help=text)
+    add_json_option(enqueue)
     add_queue_options(enqueue)
-    enqueue.set_defaults(run=_enqueue)
 
-    tick = _parser(
+    tick = add_queue_command(
         subparsers,
         "tick",
-        "run one batch of due jobs with a handler, then exit (cron, serverless)",
-        "Sweep expired leases, lease at most --max due jobs of QUEUE, run MODULE:HANDLER on\n"
-        "them, record the outcomes and exit: a worker for cron jobs and serverless functions.\n"
-        "Handler failures are retried with backoff as usual (they do not fail the command).\n"
-        "Exit code 1 when the backend refused to record an outcome (unsettled > 0).",
-        "  blamequeue tick emails app.tasks:send_email\n"
+        help="run one batch of due jobs with a handler, then exit (cron, serverless)",
+        description=(
+            "Sweep expired leases, lease at most --max due jobs of QUEUE, run MODULE:HANDLER on\n"
+            "them, record the outcomes and exit: a worker for cron jobs and serverless functions.\n"
+            "Handler failures are retried with backoff as usual (they do not fail the command).\n"
+            "Exit code 1 when the backend refused to record an outcome (unsettled > 0)."
+        ),
+        examples="  blamequeue tick emails app.tasks:send_email\n"
         "  blamequeue tick emails app.tasks:send_email --max 100 --concurrency 8 --json\n"
         "  */5 * * * *  cd /srv/app && blamequeue tick reports app.tasks:render --max 50\n",
+        run=_tick,
     )
-    tick.add_argument("queue", metavar="QUEUE", help="the queue's name")
+    add_queue_argument(tick)
     tick.add_argument(
         "target", metavar="MODULE:HANDLER", help="the handler, e.g. app.tasks:send_email"
     )
-    tick.add_argument(
-        "--max", type=positive_int, default=10, metavar="N", help="jobs at most (default: 10)"
-    )
-    tick.add_argument(
-        "--lease",
-        type=positive_seconds,
-        default=30.0,
-        metavar="S",
-        help="seconds each job is held; not renewed during a tick (default: 30)",
-    )
+    for option, kind, default, metavar, text in _TICK_OPTIONS:
+        tick.add_argument(option, type=kind, default=default, metavar=metavar, help=text)
     tick.add_argument(
         "-c",
         "--concurrency",
@@ -151,34 +98,80 @@ def add_parser(subparsers: Subparsers) -> None:
         metavar="N",
         help="handlers running at once (default: 1, one after another in lease order)",
     )
-    tick.add_argument(
-        "--app-dir",
-        default=".",
-        metavar="DIR",
-        help="directory put first on sys.path before importing MODULE (default: .)",
-    )
-    tick.add_argument(
-        "--loop", choices=LOOPS, default="asyncio", help="event loop to run on (default: asyncio)"
-    )
-    tick.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+    add_handler_options(tick)
+    add_json_option(tick)
     add_queue_options(tick)
-    tick.set_defaults(run=_tick)
 
-    purge = _parser(
+    purge = add_queue_command(
         subparsers,
         "purge",
-        "delete every live job of a queue (asks first; the DLQ is kept)",
-        "Delete every pending, inflight and parked job of QUEUE, and its retained done jobs.\n"
-        "The dead-letter queue is kept (`blamequeue dlq purge`).  On a terminal it asks\n"
-        "first; elsewhere (a script, a pipe) it refuses unless --yes.",
-        "  blamequeue purge emails\n"
+        help="delete every live job of a queue (asks first; the DLQ is kept)",
+        description=(
+            "Delete every pending, inflight and parked job of QUEUE, and its retained done jobs.\n"
+            "The dead-letter queue is kept (`blamequeue dlq purge`).  On a terminal it asks\n"
+            "first; elsewhere (a script, a pipe) it refuses unless --yes."
+        ),
+        examples="  blamequeue purge emails\n"
         '  blamequeue purge emails --yes --json          # {"queue": ..., "deleted": 12}\n',
     )
-    purge.add_argument("queue", metavar="QUEUE", help="the queue's name")
-    purge.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
-    purge.add_argument("--json", action="store_true", help="print one JSON document on stdout")
-    add_queue_options(purge)
-    purge.set_defaults(run=_purge)
+    add_purge_options(purge, dead=False)
+
+
+#: ``enqueue``'s options that are ``Queue.enqueue``'s keyword arguments of the same names.
+_ENQUEUE_OPTIONS: list[tuple[str, Callable[[str], Any], Any, str, str]] = [
+    ("--priority", _int, 0, "N", "higher runs first (default: 0)"),
+    ("--delay", non_negative_seconds, 0.0, "S", "seconds before a worker may take it (default: 0)"),
+    (
+        "--max-attempts",
+        positive_int,
+        None,
+        "N",
+        "attempts before the dead-letter queue (default: the backend's, 5)",
+    ),
+    (
+        "--timeout",
+        positive_seconds,
+        None,
+        "S",
+        "seconds a handler may run on it before it is cancelled (default: no limit)",
+    ),
+    ("--trace-id", str, None, "ID", "a trace id carried into the audit trail"),
+    ("--classification", str, None, "LABEL", "a data classification label for audit"),
+    (
+        "--unique-key",
+        str,
+        None,
+        "KEY",
+        "store nothing and print the live job's id if a job with KEY is pending or running",
+    ),
+    (
+        "--unique-for",
+        positive_seconds,
+        None,
+        "S",
+        "hold --unique-key at most S seconds (default: while the job is live)",
+    ),
+]
+#: ``tick``'s options beside ``--concurrency`` (``Queue.tick``'s ``max`` and ``lease``).
+_TICK_OPTIONS: list[tuple[str, Callable[[str], Any], Any, str, str]] = [
+    ("--max", positive_int, 10, "N", "jobs at most (default: 10)"),
+    (
+        "--lease",
+        positive_seconds,
+        30.0,
+        "S",
+        "seconds each job is held; not renewed during a tick (default: 30)",
+    ),
+]
+
+
+def add_purge_options(parser: argparse.ArgumentParser, *, dead: bool) -> None:
+    """What ``purge`` and ``dlq purge`` (``dead``) take: QUEUE, ``--yes`` and the rest."""
+    add_queue_argument(parser)
+    parser.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
+    add_json_option(parser)
+    add_queue_options(parser)
+    parser.set_defaults(run=_purge, dead=dead)
 
 
 # -- confirmation -------------------------------------------------------------------------------
@@ -246,19 +239,8 @@ def _enqueue(args: argparse.Namespace) -> int:
 
     async def body(queue: Queue) -> int:
         backend = args.backend or queue.default_backend
-        job_id = await queue.enqueue(
-            args.queue,
-            payload,
-            backend=backend,
-            priority=args.priority,
-            delay=args.delay,
-            max_attempts=args.max_attempts,
-            trace_id=args.trace_id,
-            classification=args.classification,
-            unique_key=args.unique_key,
-            unique_for=args.unique_for,
-            timeout=args.timeout,
-        )
+        options = fields_of(args, (option[2:].replace("-", "_") for option, *_ in _ENQUEUE_OPTIONS))
+        job_id = await queue.enqueue(args.queue, payload, backend=backend, **options)
         if args.json:
             print_json({"job_id": job_id, "queue": args.queue, "backend": backend})
         else:
@@ -303,43 +285,41 @@ def _tick(args: argparse.Namespace) -> int:
     return with_queue(args, body, loop=args.loop)
 
 
-def run_purge(
-    args: argparse.Namespace,
-    *,
-    what: str,
-    count: Callable[[Queue, str], Awaitable[int]],
-    purge: Callable[[Queue, str], Awaitable[int]],
-    question: Callable[[int, str], str],
-    done: Callable[[int], str],
-) -> int:
-    """A purge command: ask (on a terminal, unless ``--yes``) with ``question(count, backend)``,
-    delete with ``purge(queue, backend)``, report ``done(deleted)`` or JSON."""
-    require_confirmation_possible(args, what)
-
-    async def body(queue: Queue) -> int:
-        backend = args.backend or queue.default_backend
-        if not args.yes and not await confirm(args, question(await count(queue, backend), backend)):
-            return EXIT_ERROR
-        deleted = await purge(queue, backend)
-        if args.json:
-            print_json({"queue": args.queue, "backend": backend, "deleted": deleted})
-        else:
-            print(done(deleted))
-        return EXIT_OK
-
-    return with_queue(args, body)
+#: What ``purge`` and ``dlq purge`` (by ``args.dead``) refuse to do without ``--yes``, ask, and
+#: report; ``str.format`` fields: queue, size, backend, deleted.
+_PURGE_TEXTS = {
+    False: (
+        "purge queue {queue!r}",
+        "Delete the {size} live job(s) of queue {queue!r} on backend {backend!r} (pending, "
+        "inflight, parked) and its retained done jobs? The dead-letter queue is kept.",
+        "purged {deleted} live job(s) from queue {queue!r}",
+    ),
+    True: (
+        "purge the dead-letter queue of {queue!r}",
+        "Delete the {size} dead job(s) of queue {queue!r} on backend {backend!r}?",
+        "deleted {deleted} dead job(s) of queue {queue!r}",
+    ),
+}
 
 
 def _purge(args: argparse.Namespace) -> int:
-    name = args.queue
-    return run_purge(
-        args,
-        what=f"purge queue {name!r}",
-        count=lambda queue, backend: queue.size(name, backend=backend),
-        purge=lambda queue, backend: queue.purge(name, backend=backend),
-        question=lambda size, backend: (
-            f"Delete the {size} live job(s) of queue {name!r} on backend {backend!r} (pending, "
-            f"inflight, parked) and its retained done jobs? The dead-letter queue is kept."
-        ),
-        done=lambda deleted: f"purged {deleted} live job(s) from queue {name!r}",
-    )
+    """``purge`` or ``dlq purge``: ask (on a terminal, unless ``--yes``), delete, report."""
+    what, question, done = _PURGE_TEXTS[args.dead]
+    require_confirmation_possible(args, what.format(queue=args.queue))
+
+    async def body(queue: Queue) -> int:
+        backend = args.backend or queue.default_backend
+        count, purge = (queue.dlq_size, queue.dlq_purge) if args.dead else (queue.size, queue.purge)
+        if not args.yes:
+            size = await count(args.queue, backend=backend)
+            asked = question.format(queue=args.queue, size=size, backend=backend)
+            if not await confirm(args, asked):
+                return EXIT_ERROR
+        deleted = await purge(args.queue, backend=backend)
+        if args.json:
+            print_json({"queue": args.queue, "backend": backend, "deleted": deleted})
+        else:
+            print(done.format(queue=args.queue, deleted=deleted))
+        return EXIT_OK
+
+    return with_queue(args, body)

@@ -3,9 +3,10 @@ tables and key/value blocks for people (times in UTC, long texts cut to their fi
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -14,15 +15,20 @@ from blamequeue import DeadLetter, JobInfo, QueueInfo, WorkerInfo
 from ._terminal import Terminal, format_table
 
 __all__ = [
+    "add_json_option",
     "ago",
     "cut",
     "dead_letter_document",
+    "fields_of",
     "job_document",
+    "key_values",
     "print_json",
+    "print_json_or_table",
     "print_table",
     "queue_document",
     "show_payload",
     "timestamp",
+    "wide",
     "worker_document",
 ]
 
@@ -85,7 +91,43 @@ def print_table(
     terminal.print(format_table(headers, rows, align=align, terminal=terminal))
 
 
+def wide() -> bool:
+    """Whether the terminal has room for longer cuts of texts in a table."""
+    return Terminal().width >= 140
+
+
+def print_json_or_table(
+    as_json: bool,
+    document: Any,
+    headers: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    *,
+    align: str,
+    empty: str,
+) -> bool:
+    """``document`` as JSON with ``--json``; else ``rows`` as a table under ``headers``, or
+    the line ``empty`` when there are none.  True when a table was drawn."""
+    if as_json:
+        print_json(document)
+        return False
+    terminal = Terminal()
+    if not rows:
+        terminal.print(empty)
+        return False
+    print_table(terminal, headers, rows, align)
+    return True
+
+
+def add_json_option(parser: argparse.ArgumentParser, *, what: str = "document") -> None:
+    parser.add_argument("--json", action="store_true", help=f"print one JSON {what} on stdout")
+
+
 # -- JSON documents ---------------------------------------------------------------------------
+def fields_of(value: Any, names: Iterable[str]) -> dict[str, Any]:
+    """``value``'s attributes ``names``, in that order (the order of the document's keys)."""
+    return {name: getattr(value, name) for name in names}
+
+
 def job_document(info: JobInfo) -> dict[str, Any]:
     job = info.job
     return {
@@ -111,46 +153,46 @@ def job_document(info: JobInfo) -> dict[str, Any]:
 
 def dead_letter_document(letter: DeadLetter, backend: str) -> dict[str, Any]:
     return {
-        "job_id": letter.job_id,
-        "queue": letter.queue,
+        **fields_of(letter, ("job_id", "queue")),
         "backend": backend,
-        "payload": letter.payload,
-        "attempts": letter.attempts,
-        "last_error": letter.last_error,
-        "trace_id": letter.trace_id,
-        "classification": letter.classification,
-        "failed_at": letter.failed_at,
+        **fields_of(letter, _DEAD_LETTER_FIELDS),
     }
+
+
+_DEAD_LETTER_FIELDS = (
+    "payload",
+    "attempts",
+    "last_error",
+    "trace_id",
+    "classification",
+    "failed_at",
+)
 
 
 def queue_document(info: QueueInfo) -> dict[str, Any]:
-    return {
-        "name": info.name,
-        "backend": info.backend,
-        "size": info.size,
-        "pending": info.pending,
-        "inflight": info.inflight,
-        "parked": info.parked,
-        "done": info.done,
-        "dead": info.dead,
-        "cancelled": info.cancelled,
-    }
+    return fields_of(
+        info,
+        ("name", "backend", "size", "pending", "inflight", "parked", "done", "dead", "cancelled"),
+    )
 
 
 def worker_document(info: WorkerInfo) -> dict[str, Any]:
-    return {
-        "id": info.id,
-        "backend": info.backend,
-        "queue": info.queue,
-        "host": info.host,
-        "pid": info.pid,
-        "concurrency": info.concurrency,
-        "in_flight": info.in_flight,
-        "succeeded": info.succeeded,
-        "failed": info.failed,
-        "started_at": info.started_at,
-        "last_heartbeat": info.last_heartbeat,
-    }
+    return fields_of(info, _WORKER_FIELDS)
+
+
+_WORKER_FIELDS = (
+    "id",
+    "backend",
+    "queue",
+    "host",
+    "pid",
+    "concurrency",
+    "in_flight",
+    "succeeded",
+    "failed",
+    "started_at",
+    "last_heartbeat",
+)
 
 
 def key_values(terminal: Terminal, pairs: Mapping[str, str]) -> None:

@@ -1,4 +1,5 @@
-"""How a command runs: its event loop, its exit codes, and how errors reach the user."""
+"""How a command is declared and runs: its parser, its event loop, its exit codes, and how
+errors reach the user."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import signal
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import TypeVar
+from typing import TypeAlias, TypeVar
 
 import anyio
 
@@ -24,7 +25,10 @@ __all__ = [
     "EXIT_USAGE",
     "LOOPS",
     "Interrupted",
+    "Subparsers",
     "UsageError",
+    "add_command",
+    "add_loop_option",
     "exit_code_for",
     "non_negative_seconds",
     "positive_int",
@@ -57,6 +61,37 @@ _USAGE_CODES = frozenset({"queue/bad-argument", "queue/bad-payload"})
 _NOT_FOUND_CODES = frozenset({"queue/job-not-found"})
 
 T = TypeVar("T")
+#: What ``add_parser(subparsers)`` of each command module adds its command to.
+Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+
+
+def add_command(
+    subparsers: Subparsers,
+    name: str,
+    *,
+    help: str,
+    description: str,
+    epilog: str,
+    run: Callable[[argparse.Namespace], int] | None = None,
+) -> argparse.ArgumentParser:
+    """A subcommand (or a subcommand's action) whose ``--help`` keeps the line breaks of its
+    description and epilog, and that ``main`` runs with ``run(args)`` (None: its actions do)."""
+    parser = subparsers.add_parser(
+        name,
+        help=help,
+        description=description,
+        epilog=epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    if run is not None:
+        parser.set_defaults(run=run)
+    return parser
+
+
+def add_loop_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--loop", choices=LOOPS, default="asyncio", help="event loop to run on (default: asyncio)"
+    )
 
 
 class UsageError(Exception):

@@ -7,14 +7,13 @@ import argparse
 import functools
 import importlib
 import inspect
-import json
 import logging
 import os
 import reprlib
 import signal
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -24,12 +23,14 @@ import anyio
 from blamequeue import Consumer, Queue, __version__
 from blamequeue._execution import Handler
 
-from ._config import load_config
+from ._config import add_queue_options, backend_config, build_queue, load_config
 from ._running import (
     EXIT_INTERRUPTED,
     EXIT_OK,
-    LOOPS,
+    Subparsers,
     UsageError,
+    add_command,
+    add_loop_option,
     non_negative_seconds,
     positive_int,
     positive_seconds,
@@ -37,7 +38,7 @@ from ._running import (
     say,
 )
 
-__all__ = ["add_parser", "load_handler", "run"]
+__all__ = ["add_handler_options", "add_parser", "load_handler", "run"]
 
 log = logging.getLogger("blamequeue.worker")
 
@@ -72,14 +73,15 @@ stopping:
 _LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
-def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser(
+def add_parser(subparsers: Subparsers) -> None:
+    parser = add_command(
+        subparsers,
         "worker",
         help="run a handler over one or more queues until SIGINT/SIGTERM",
         description="Run MODULE:HANDLER over the given queues until SIGINT or SIGTERM, then\n"
         "shut down gracefully.",
         epilog=_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        run=run,
     )
     parser.add_argument(
         "target",
@@ -125,43 +127,34 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         metavar="S",
         help="seconds running handlers get to finish after SIGINT/SIGTERM (default: 30)",
     )
-    source = parser.add_mutually_exclusive_group()
-    source.add_argument(
-        "--path",
-        metavar="FILE",
-        help="SQLite file of the local backend (sets BLAMEQUEUE_LOCAL_PATH)",
+    add_queue_options(
+        parser,
+        backend_help=None,
+        config_help="TOML file with [backends.NAME] tables (as `blamequeue jobs --help` shows); "
+        "the worker consumes from its default_backend",
+        backend_config=True,
     )
-    source.add_argument(
-        "--config",
-        metavar="FILE",
-        help="TOML file with [backends.NAME] tables (as `blamequeue jobs --help` shows); the "
-        "worker consumes from its default_backend",
-    )
-    source.add_argument(
-        "--backend-config",
-        metavar="JSON",
-        help='one backend\'s config as JSON, e.g. \'{"protocol": "local", "path": "jobs.db"}\', '
-        "or @FILE to read it from a file (instead of BLAMEQUEUE_* variables)",
-    )
-    parser.add_argument(
-        "--app-dir",
-        default=".",
-        metavar="DIR",
-        help="directory put first on sys.path before importing MODULE (default: .)",
-    )
-    parser.add_argument(
-        "--loop", choices=LOOPS, default="asyncio", help="event loop to run on (default: asyncio)"
-    )
+    add_handler_options(parser)
     parser.add_argument(
         "--log-level",
         choices=_LOG_LEVELS,
         default="info",
         help="failed jobs log at warning, each finished job at debug (default: info)",
     )
-    parser.set_defaults(run=run)
 
 
 # -- the handler --------------------------------------------------------------------------------
+def add_handler_options(parser: argparse.ArgumentParser) -> None:
+    """``--app-dir`` (where :func:`load_handler` imports from) and ``--loop``."""
+    parser.add_argument(
+        "--app-dir",
+        default=".",
+        metavar="DIR",
+        help="directory put first on sys.path before importing MODULE (default: .)",
+    )
+    add_loop_option(parser)
+
+
 def load_handler(target: str, app_dir: str = ".") -> Handler:
     """Import ``MODULE:ATTR`` (``ATTR`` may be dotted) and check it can be called as
     ``handler(job, ctx)``; every mistake is a :class:`UsageError` that says what to fix."""
@@ -218,43 +211,6 @@ def load_handler(target: str, app_dir: str = ".") -> Handler:
 
 
 # -- the queue ----------------------------------------------------------------------------------
-def _backend_config(text: str) -> dict[str, Any]:
-    source = "--backend-config"
-    if text.startswith("@"):
-        source = text[1:]
-        try:
-            text = Path(source).read_text(encoding="utf-8")
-        except OSError as exc:
-            raise UsageError(f"--backend-config: cannot read {source}: {exc.strerror}") from None
-    try:
-        config = json.loads(text)
-    except ValueError as exc:
-        raise UsageError(f"{source} is not valid JSON: {exc}") from None
-    if not isinstance(config, dict):
-        raise UsageError(
-            f'{source} must be a JSON object such as {{"protocol": "local", "path": "jobs.db"}}'
-        )
-    return config
-
-
-def build_queue(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> Queue:
-    """The worker's queue: one backend named ``default``."""
-    environ = dict(os.environ if env is None else env)
-    if getattr(args, "config", None) is not None:
-        return Queue(**load_config(args.config))
-    if args.backend_config is not None:
-        return Queue(backends={"default": _backend_config(args.backend_config)})
-    if args.path is not None:
-        protocol = environ.get("BLAMEQUEUE_PROTOCOL", "local").strip() or "local"
-        if protocol != "local":
-            raise UsageError(
-                f"--path is the SQLite file of the local backend, but BLAMEQUEUE_PROTOCOL="
-                f"{protocol}; unset one of them"
-            )
-        environ["BLAMEQUEUE_LOCAL_PATH"] = args.path
-    return Queue.from_env(environ)
-
-
 def _where(args: argparse.Namespace) -> str:
     """Where the jobs live, for the banner (never credentials)."""
     if getattr(args, "config", None) is not None:
@@ -264,7 +220,7 @@ def _where(args: argparse.Namespace) -> str:
         protocol = str(config.get("protocol"))
         location = config.get("path") or config.get("url") or config.get("queue_url")
     elif args.backend_config is not None:
-        config = _backend_config(args.backend_config)
+        config = backend_config(args.backend_config)
         protocol = str(config.get("protocol"))
         location = config.get("path") or config.get("url") or config.get("queue_url")
     else:
@@ -373,7 +329,7 @@ async def _serve(args: argparse.Namespace, queue: Queue, handler: Handler) -> in
 
 def run(args: argparse.Namespace) -> int:
     handler = load_handler(args.target, args.app_dir)
-    queue = build_queue(args)
+    queue = build_queue(args, must_exist=False)
     serve: Callable[[], Any] = functools.partial(_serve, args, queue, handler)
     code: int = run_on_loop(serve, args.loop)
     return code
