@@ -20,8 +20,8 @@ from blamequeue._audit_file import ChainReport, read_keyring, verify_chain
 from blamequeue._sealing import _env_config, _read_key_file, key_file_path, parse_seal_config
 
 from ._config import load_config
-from ._output import print_json
-from ._running import EXIT_ERROR, EXIT_OK, UsageError, positive_int
+from ._output import add_json_option, print_json
+from ._running import EXIT_ERROR, EXIT_OK, Subparsers, UsageError, add_command, positive_int
 
 __all__ = ["add_parser", "keyring", "run"]
 
@@ -46,22 +46,22 @@ Lines cut off the end leave a valid, shorter chain: compare the head with one ke
 """
 
 
-def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser(
+def add_parser(subparsers: Subparsers) -> None:
+    parser = add_command(
+        subparsers,
         "audit",
         help="work with audit trails (verify a keyed, chained audit file)",
         description="Audit trail tools.",
         epilog=_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    actions = parser.add_subparsers(title="actions", metavar="ACTION", dest="action")
-    actions.required = True
-    verify = actions.add_parser(
+    actions = parser.add_subparsers(title="actions", metavar="ACTION", dest="action", required=True)
+    verify = add_command(
+        actions,
         "verify",
         help="check every line's MAC and link; print the head or the first line that fails",
         description="Check a keyed, chained JSON-lines audit file written by JsonlAuditSink.",
         epilog=_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        run=run,
     )
     verify.add_argument("file", metavar="FILE", help="the audit file")
     verify.add_argument(
@@ -97,8 +97,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="accept a file written wholly by an older version (an unkeyed chain, which "
         "anyone who can write the file could have recomputed)",
     )
-    verify.add_argument("--json", action="store_true", help="print one JSON object on stdout")
-    verify.set_defaults(run=run)
+    add_json_option(verify, what="object")
 
 
 def _key_file(path: str) -> dict[str, bytes]:

@@ -14,7 +14,6 @@ import secrets
 import shutil
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -26,10 +25,14 @@ from blamequeue import Job, Queue, __version__
 from blamequeue._plugins import load_registry
 from blamequeue.errors import QueueError
 
+from ._config import new_database
+from ._output import add_json_option
 from ._running import (
     EXIT_OK,
-    LOOPS,
+    Subparsers,
     UsageError,
+    add_command,
+    add_loop_option,
     positive_int,
     run_on_loop,
     stopped_by_signals,
@@ -70,14 +73,15 @@ _BACKLOG_BATCH = 10_000
 _SINGLE_MAX = 5000
 
 
-def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser(
+def add_parser(subparsers: Subparsers) -> None:
+    parser = add_command(
+        subparsers,
         "bench",
         help="measure enqueue/processing throughput, latency and memory of a backend",
         description="Measure a backend's throughput, latency and memory with the defaults a\n"
         "user gets (heartbeats on, default durability).",
         epilog=_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        run=run,
     )
     parser.add_argument(
         "--backend",
@@ -127,17 +131,14 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         metavar="N",
         help="also measure processing with N jobs already pending (e.g. 1000 1000000)",
     )
-    parser.add_argument(
-        "--loop", choices=LOOPS, default="asyncio", help="event loop to run on (default: asyncio)"
-    )
+    add_loop_option(parser)
     parser.add_argument(
         "--path",
         metavar="FILE",
         help="SQLite file for --backend local (must not exist yet; kept afterwards). "
         "Default: a temporary file, deleted afterwards",
     )
-    parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
-    parser.set_defaults(run=run)
+    add_json_option(parser, what="object")
 
 
 class _Status:
@@ -566,16 +567,7 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError("--path is for --backend local; the memory backend keeps no file")
         config = {"protocol": "memory"}
     else:
-        if args.path is not None:
-            path = Path(args.path)
-            if path.exists():
-                raise UsageError(
-                    f"{path} already exists; bench writes to a new file (pick another --path "
-                    f"or leave it out to use a temporary one)"
-                )
-        else:
-            temporary = Path(tempfile.mkdtemp(prefix="blamequeue-bench-"))
-            path = temporary / "bench.db"
+        path, temporary = new_database(args.path, "bench")
         config = {"protocol": "local", "path": str(path)}
         where = f"local ({path}{', temporary' if temporary else ''})"
     try:

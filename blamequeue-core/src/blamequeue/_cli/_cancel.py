@@ -3,22 +3,19 @@
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING, TypeAlias
 
 from blamequeue import Queue
 
-from ._config import CONFIG_HELP, add_queue_options, with_queue
-from ._output import print_json
-from ._running import EXIT_ERROR, EXIT_OK
+from ._config import add_queue_command, add_queue_options, with_queue
+from ._output import add_json_option, print_json
+from ._running import EXIT_ERROR, EXIT_OK, Subparsers
 
 __all__ = ["add_parser"]
 
-if TYPE_CHECKING:
-    Subparsers: TypeAlias = argparse._SubParsersAction[argparse.ArgumentParser]
-
 
 def add_parser(subparsers: Subparsers) -> None:
-    cancel = subparsers.add_parser(
+    cancel = add_queue_command(
+        subparsers,
         "cancel",
         help="cancel a job: pending ones never run, a running one is stopped",
         description=(
@@ -28,18 +25,13 @@ def add_parser(subparsers: Subparsers) -> None:
             "was cancelled, 1 when it had already finished (done, dead or cancelled), 3 when\n"
             "no such job exists."
         ),
-        epilog=(
-            "examples:\n"
-            "  blamequeue cancel job-01J9Z6Q5M3V7R8T2K4X6C8B0DE\n"
-            "  blamequeue cancel job-01J9Z6Q5M3V7R8T2K4X6C8B0DE --backend fast --json\n"
-            f"\n{CONFIG_HELP}"
-        ),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        examples="  blamequeue cancel job-01J9Z6Q5M3V7R8T2K4X6C8B0DE\n"
+        "  blamequeue cancel job-01J9Z6Q5M3V7R8T2K4X6C8B0DE --backend fast --json\n",
+        run=_cancel,
     )
     cancel.add_argument("job_id", metavar="JOB_ID", help="the job's id, as enqueue printed it")
-    cancel.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+    add_json_option(cancel)
     add_queue_options(cancel)
-    cancel.set_defaults(run=_cancel)
 
 
 def _cancel(args: argparse.Namespace) -> int:

@@ -11,23 +11,21 @@ import argparse
 import ipaddress
 import os
 import secrets
-from typing import TYPE_CHECKING, TypeAlias
 
 import anyio
 
 from blamequeue._dashboard import dashboard_app, host_name, is_loopback_host
 
-from ._config import CONFIG_HELP, add_queue_options, build_queue
-from ._running import EXIT_OK, LOOPS, UsageError, run_on_loop, say
+from ._config import add_queue_command, add_queue_options, build_queue
+from ._output import fields_of
+from ._running import EXIT_OK, Subparsers, UsageError, add_loop_option, run_on_loop, say
 
 __all__ = ["add_parser"]
 
-if TYPE_CHECKING:
-    Subparsers: TypeAlias = argparse._SubParsersAction[argparse.ArgumentParser]
-
 
 def add_parser(subparsers: Subparsers) -> None:
-    parser = subparsers.add_parser(
+    parser = add_queue_command(
+        subparsers,
         "dashboard",
         help="serve the web dashboard (queues, jobs, DLQ, flows, batches, workers)",
         description=(
@@ -38,23 +36,23 @@ def add_parser(subparsers: Subparsers) -> None:
             "given with --allowed-host are answered.  Payloads are shown only with\n"
             "--show-payloads and the token.  Needs hypercorn (pip install 'blamequeue[dashboard]')."
         ),
-        epilog=(
-            "examples:\n"
-            "  blamequeue dashboard\n"
-            "  blamequeue dashboard --read-only-open\n"
-            "  BLAMEQUEUE_DASHBOARD_TOKEN=... blamequeue dashboard --port 9000 --show-payloads\n"
-            "  blamequeue dashboard --host 0.0.0.0 --allowed-host queues.internal.example\n"
-            f"\n{CONFIG_HELP}"
-        ),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        examples="  blamequeue dashboard\n"
+        "  blamequeue dashboard --read-only-open\n"
+        "  BLAMEQUEUE_DASHBOARD_TOKEN=... blamequeue dashboard --port 9000 --show-payloads\n"
+        "  blamequeue dashboard --host 0.0.0.0 --allowed-host queues.internal.example\n",
+        run=_run,
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8765, help="port (default: 8765)")
     parser.add_argument(
-        "--show-payloads", action="store_true", help="show payloads to token holders"
+        "--show-payloads",
+        dest="allow_payloads",
+        action="store_true",
+        help="show payloads to token holders",
     )
     parser.add_argument(
         "--allowed-host",
+        dest="allowed_hosts",
         metavar="NAME",
         action="append",
         default=[],
@@ -72,11 +70,8 @@ def add_parser(subparsers: Subparsers) -> None:
         metavar="FILE",
         help="a JsonlAuditSink file: each job's audit events join its timeline",
     )
-    parser.add_argument(
-        "--loop", choices=LOOPS, default="asyncio", help="event loop to run on (default: asyncio)"
-    )
+    add_loop_option(parser)
     add_queue_options(parser)
-    parser.set_defaults(run=_run)
 
 
 def _bind_host(value: str) -> str | None:
@@ -113,21 +108,14 @@ def _run(args: argparse.Namespace) -> int:
     from_env = os.environ.get("BLAMEQUEUE_DASHBOARD_TOKEN") or None
     token = from_env or secrets.token_urlsafe(32)
     queue = build_queue(args)
-    app = dashboard_app(
-        queue,
-        token=token,
-        allow_payloads=args.show_payloads,
-        backend=args.backend,
-        audit_file=args.audit_file,
-        allowed_hosts=args.allowed_host,
-        read_only_open=args.read_only_open,
-    )
+    options = ("allow_payloads", "backend", "audit_file", "allowed_hosts", "read_only_open")
+    app = dashboard_app(queue, token=token, **fields_of(args, options))
     if not loopback:
         say(
             f"blamequeue dashboard: WARNING: listening on {args.host}, not loopback: anyone "
             f"who can reach it and holds the token sees your queues; serve it over TLS "
             f"(behind a proxy). Requests are answered only for loopback names and "
-            f"{', '.join(args.allowed_host) or '(no --allowed-host given)'}"
+            f"{', '.join(args.allowed_hosts) or '(no --allowed-host given)'}"
         )
     config = Config()
     config.bind = [f"[{args.host}]:{args.port}" if ":" in args.host else f"{args.host}:{args.port}"]

@@ -9,7 +9,6 @@ import argparse
 import functools
 import random
 import shutil
-import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -19,7 +18,15 @@ import anyio
 
 from blamequeue import AuditEvent, Consumer, ExponentialBackoff, FixedBackoff, Job, Queue
 
-from ._running import EXIT_OK, LOOPS, UsageError, run_on_loop, stopped_by_signals
+from ._config import new_database
+from ._running import (
+    EXIT_OK,
+    Subparsers,
+    add_command,
+    add_loop_option,
+    run_on_loop,
+    stopped_by_signals,
+)
 from ._terminal import Terminal, format_table
 
 __all__ = ["add_parser", "run"]
@@ -45,15 +52,16 @@ _DLQ_BACKOFF_SPEC = {"strategy": "fixed", "delay": 0.5}
 _DLQ_BACKOFF = FixedBackoff(delay=0.5)
 
 
-def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser(
+def add_parser(subparsers: Subparsers) -> None:
+    parser = add_command(
+        subparsers,
         "demo",
         help="walk through a job's whole lifecycle on a throwaway SQLite queue (~10 s)",
         description="Show the life of a job on the embedded SQLite backend: enqueue, priority,\n"
         "delay, retries with backoff, the dead-letter queue and an operator retry, then a\n"
         "batch drained by a worker.",
         epilog=_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        run=run,
     )
     parser.add_argument(
         "--path",
@@ -65,10 +73,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         action="store_true",
         help="keep the temporary database afterwards and print where it is",
     )
-    parser.add_argument(
-        "--loop", choices=LOOPS, default="asyncio", help="event loop to run on (default: asyncio)"
-    )
-    parser.set_defaults(run=run)
+    add_loop_option(parser)
 
 
 class _Narrator:
@@ -368,19 +373,7 @@ async def _run_demo(path: Path, term: Terminal) -> None:
 
 def run(args: argparse.Namespace) -> int:
     term = Terminal()
-    temporary: Path | None = None
-    if args.path is not None:
-        path = Path(args.path)
-        if path.exists():
-            raise UsageError(
-                f"{path} already exists; the demo only writes to a new file (pick another "
-                f"--path, or leave it out to use a temporary one)"
-            )
-        if not path.parent.is_dir():
-            raise UsageError(f"the directory of --path {path} does not exist")
-    else:
-        temporary = Path(tempfile.mkdtemp(prefix="blamequeue-demo-"))
-        path = temporary / "demo.db"
+    path, temporary = new_database(args.path, "demo")
     keep = args.keep or temporary is None
     term.print(term.style("blamequeue demo: the life of a job", "bold"))
     where = "kept afterwards" if keep else "deleted afterwards; --keep keeps it"

@@ -5,24 +5,22 @@ degraded / unhealthy, so it can serve as a probe command."""
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING, TypeAlias
 
 from blamequeue import HealthThresholds, Queue
 
-from ._config import CONFIG_HELP, add_queue_options, with_queue
-from ._output import cut, print_json, print_table, timestamp
+from ._config import add_queue_command, add_queue_options, with_queue
+from ._output import add_json_option, cut, fields_of, print_json, print_table, timestamp
+from ._running import Subparsers
 from ._terminal import Terminal
 
 __all__ = ["add_parser"]
-
-if TYPE_CHECKING:
-    Subparsers: TypeAlias = argparse._SubParsersAction[argparse.ArgumentParser]
 
 _EXIT = {"healthy": 0, "degraded": 1, "unhealthy": 2}
 
 
 def add_parser(subparsers: Subparsers) -> None:
-    health = subparsers.add_parser(
+    health = add_queue_command(
+        subparsers,
         "health",
         help="check queues against thresholds: healthy, degraded or unhealthy",
         description=(
@@ -30,13 +28,9 @@ def add_parser(subparsers: Subparsers) -> None:
             "oldest due job's wait, the error rate of the last minutes and live workers,\n"
             "against the thresholds below.  Exit code 0 healthy, 1 degraded, 2 unhealthy."
         ),
-        epilog=(
-            "examples:\n"
-            "  blamequeue health\n"
-            "  blamequeue health --max-oldest-age 60 --min-workers 1 --json\n"
-            f"\n{CONFIG_HELP}"
-        ),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        examples="  blamequeue health\n"
+        "  blamequeue health --max-oldest-age 60 --min-workers 1 --json\n",
+        run=_health,
     )
     health.add_argument("--max-pending", type=int, metavar="N", help="due jobs per queue")
     health.add_argument(
@@ -57,11 +51,11 @@ def add_parser(subparsers: Subparsers) -> None:
     health.add_argument(
         "--min-workers", type=int, metavar="N", help="live workers per queue with due jobs"
     )
-    health.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+    add_json_option(health)
     add_queue_options(health)
-    health.set_defaults(run=_health)
 
-    metrics = subparsers.add_parser(
+    metrics = add_queue_command(
+        subparsers,
         "metrics",
         help="a queue's throughput, durations, error rate and latest errors",
         description=(
@@ -69,21 +63,15 @@ def add_parser(subparsers: Subparsers) -> None:
             "seconds: attempts succeeded, failed and dead per minute, mean duration, error\n"
             "rate and the latest errors."
         ),
-        epilog=(
-            "examples:\n"
-            "  blamequeue metrics emails\n"
-            "  blamequeue metrics emails --window 86400 --json\n"
-            f"\n{CONFIG_HELP}"
-        ),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        examples="  blamequeue metrics emails\n  blamequeue metrics emails --window 86400 --json\n",
+        run=_metrics,
     )
     metrics.add_argument("queue", metavar="QUEUE")
     metrics.add_argument(
         "--window", type=float, default=3600.0, help="seconds, 60..86400 (default: 3600)"
     )
-    metrics.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+    add_json_option(metrics)
     add_queue_options(metrics)
-    metrics.set_defaults(run=_metrics)
 
 
 def _health(args: argparse.Namespace) -> int:
@@ -132,35 +120,9 @@ def _metrics(args: argparse.Namespace) -> int:
         if args.json:
             print_json(
                 {
-                    "queue": m.queue,
-                    "backend": m.backend,
-                    "window": m.window,
-                    "succeeded": m.succeeded,
-                    "failed": m.failed,
-                    "dead": m.dead,
-                    "throughput_per_minute": m.throughput_per_minute,
-                    "average_duration": m.average_duration,
-                    "error_rate": m.error_rate,
-                    "minutes": [
-                        {
-                            "start": minute.start,
-                            "succeeded": minute.succeeded,
-                            "failed": minute.failed,
-                            "dead": minute.dead,
-                            "average_duration": minute.average_duration,
-                        }
-                        for minute in m.minutes
-                    ],
-                    "recent_errors": [
-                        {
-                            "job_id": e.job_id,
-                            "at": e.at,
-                            "error": e.error,
-                            "attempts": e.attempts,
-                            "dead": e.dead,
-                        }
-                        for e in m.recent_errors
-                    ],
+                    **fields_of(m, _METRICS),
+                    "minutes": [fields_of(minute, _MINUTE) for minute in m.minutes],
+                    "recent_errors": [fields_of(error, _ERROR) for error in m.recent_errors],
                 }
             )
             return 0
@@ -186,3 +148,19 @@ def _metrics(args: argparse.Namespace) -> int:
         return 0
 
     return with_queue(args, body)
+
+
+#: The keys of ``metrics --json``, in order: the totals, each minute's and each recent error's.
+_METRICS = (
+    "queue",
+    "backend",
+    "window",
+    "succeeded",
+    "failed",
+    "dead",
+    "throughput_per_minute",
+    "average_duration",
+    "error_rate",
+)
+_MINUTE = ("start", "succeeded", "failed", "dead", "average_duration")
+_ERROR = ("job_id", "at", "error", "attempts", "dead")

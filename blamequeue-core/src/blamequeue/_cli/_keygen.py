@@ -9,7 +9,8 @@ import sys
 from blamequeue._sealing import new_key_line
 from blamequeue.errors import QueueError
 
-from ._running import EXIT_OK, UsageError, say
+from ._output import add_json_option
+from ._running import EXIT_OK, Subparsers, UsageError, add_command, say
 
 __all__ = ["add_parser", "run"]
 
@@ -28,15 +29,16 @@ format; to move to BLAMEQUEUE_SEAL_KEYS, copy that line after any new key.
 """
 
 
-def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser(
+def add_parser(subparsers: Subparsers) -> None:
+    parser = add_command(
+        subparsers,
         "keygen",
         help="print a new seal key (a kid:base64 line for BLAMEQUEUE_SEAL_KEYS)",
         description="Make a new random 32-byte key for sealing payloads and errors at rest,\n"
         "printed as kid:base64, the format of BLAMEQUEUE_SEAL_KEYS entries (comma-separated,\n"
         "the first one seals).",
         epilog=_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        run=run,
     )
     parser.add_argument(
         "--kid",
@@ -44,8 +46,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="the key id stored with every row it seals (default: k<date>-<random>); "
         "letters, digits, '.', '_', '-'",
     )
-    parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
-    parser.set_defaults(run=run)
+    add_json_option(parser, what="object")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -4,18 +4,14 @@ process sharing the backend (``Queue.pause`` / ``Queue.resume``)."""
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING, TypeAlias
 
 from blamequeue import Queue
 
-from ._config import CONFIG_HELP, add_queue_options, with_queue
-from ._output import print_json
-from ._running import EXIT_OK
+from ._config import add_queue_argument, add_queue_command, add_queue_options, with_queue
+from ._output import add_json_option, print_json
+from ._running import EXIT_OK, Subparsers
 
 __all__ = ["add_parser"]
-
-if TYPE_CHECKING:
-    Subparsers: TypeAlias = argparse._SubParsersAction[argparse.ArgumentParser]
 
 
 def add_parser(subparsers: Subparsers) -> None:
@@ -33,18 +29,18 @@ def add_parser(subparsers: Subparsers) -> None:
             "Resume QUEUE: its workers lease again (within a second in other processes).",
         ),
     ]:
-        parser = subparsers.add_parser(
+        parser = add_queue_command(
+            subparsers,
             command,
             help=summary,
             description=detail,
-            epilog=f"examples:\n  blamequeue {command} emails\n  blamequeue {command} emails "
-            f"--json\n\n{CONFIG_HELP}",
-            formatter_class=argparse.RawDescriptionHelpFormatter,
+            examples=f"  blamequeue {command} emails\n  blamequeue {command} emails --json\n",
+            run=_run,
         )
-        parser.add_argument("queue", metavar="QUEUE", help="the queue's name")
-        parser.add_argument("--json", action="store_true", help="print one JSON document")
+        add_queue_argument(parser)
+        add_json_option(parser)
         add_queue_options(parser)
-        parser.set_defaults(run=_run, pause=command == "pause")
+        parser.set_defaults(pause=command == "pause")
 
 
 def _run(args: argparse.Namespace) -> int:

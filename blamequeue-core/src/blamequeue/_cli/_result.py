@@ -4,22 +4,19 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import TYPE_CHECKING, TypeAlias
 
 from blamequeue import Queue
 
-from ._config import CONFIG_HELP, add_queue_options, with_queue
-from ._output import print_json
-from ._running import EXIT_OK, non_negative_seconds
+from ._config import add_queue_command, add_queue_options, with_queue
+from ._output import add_json_option, print_json
+from ._running import EXIT_OK, Subparsers, non_negative_seconds
 
 __all__ = ["add_parser"]
 
-if TYPE_CHECKING:
-    Subparsers: TypeAlias = argparse._SubParsersAction[argparse.ArgumentParser]
-
 
 def add_parser(subparsers: Subparsers) -> None:
-    parser = subparsers.add_parser(
+    parser = add_queue_command(
+        subparsers,
         "result",
         help="print a job's result (its handler's return value), waiting up to --timeout",
         description=(
@@ -28,14 +25,10 @@ def add_parser(subparsers: Subparsers) -> None:
             "3 when the backend holds no such job (a done job is kept only for retain_done\n"
             "seconds), 1 when the job failed (its last error is shown) or the time ran out."
         ),
-        epilog=(
-            "examples:\n"
-            "  blamequeue result job-01J0ZK5V3G9YB6R2W8X4T1QH7C\n"
-            "  blamequeue result job-01J0ZK5V3G9YB6R2W8X4T1QH7C --timeout 30\n"
-            "  blamequeue result job-01J0ZK5V3G9YB6R2W8X4T1QH7C --json | jq .result\n"
-            f"{CONFIG_HELP}"
-        ),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        examples="  blamequeue result job-01J0ZK5V3G9YB6R2W8X4T1QH7C\n"
+        "  blamequeue result job-01J0ZK5V3G9YB6R2W8X4T1QH7C --timeout 30\n"
+        "  blamequeue result job-01J0ZK5V3G9YB6R2W8X4T1QH7C --json | jq .result\n",
+        run=_result,
     )
     parser.add_argument("job_id", metavar="JOB_ID", help="the job's id (job-...)")
     parser.add_argument(
@@ -45,9 +38,8 @@ def add_parser(subparsers: Subparsers) -> None:
         metavar="SECONDS",
         help="wait this long for a job not finished yet (default: 0, look once)",
     )
-    parser.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+    add_json_option(parser)
     add_queue_options(parser)
-    parser.set_defaults(run=_result)
 
 
 def _result(args: argparse.Namespace) -> int:
