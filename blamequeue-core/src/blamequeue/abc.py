@@ -49,6 +49,15 @@ from typing import Any, ClassVar, Literal, Protocol, TypeVar
 
 import attrs
 
+from ._backend_boundary import ErrorMap, ErrorRule, StoreGuard, redact_chain
+from ._backend_kit import (
+    SETTLEMENT_OUTCOMES,
+    OutcomeRule,
+    check_settlements,
+    outcome_rule,
+    storable_text,
+)
+from ._backend_options import OptionReader
 from ._codec import compact_json
 from ._validation import MAX_SECONDS
 
@@ -76,6 +85,17 @@ __all__ = [
     "WorkerRecord",
     "compact_json",
     "record_prefix_bound",
+    # the base kit
+    "SETTLEMENT_OUTCOMES",
+    "ErrorMap",
+    "ErrorRule",
+    "OptionReader",
+    "OutcomeRule",
+    "StoreGuard",
+    "check_settlements",
+    "outcome_rule",
+    "redact_chain",
+    "storable_text",
 ]
 
 JobState = Literal["pending", "inflight", "done", "dead", "parked", "cancelled"]
