@@ -40,10 +40,13 @@ from blamequeue.abc import (
     Settlement,
     StoredJob,
     StoredJobPage,
+    StoreGuard,
     SweepResult,
     WorkerRecord,
+    check_settlements,
     compact_json,
     record_prefix_bound,
+    storable_text,
 )
 from blamequeue.errors import BackendUnavailableError, BadArgumentError, QueueError
 from blamequeue_local._aiosqlite_store import AiosqliteStore, is_aiosqlite_connection
@@ -64,7 +67,6 @@ __all__ = ["LocalBackend", "stored_job"]
 
 T = TypeVar("T")
 
-_OUTCOMES: Final = frozenset({"done", "retry", "dead", "release"})
 # Opening creates the schema; several processes starting at once may find the file busy
 # beyond busy_timeout, so open() tries a few times before giving up.
 _OPEN_ATTEMPTS: Final = 5
@@ -86,16 +88,6 @@ _PADDING: Final[list[Any]] = [None] * ENQUEUE_PARAMETERS
 
 
 _dumps = compact_json
-
-
-def _storable(error: str) -> str:
-    """``error`` as SQLite can hold it: an unpaired surrogate (say, from an undecodable file
-    name in an exception message) would make the whole settlement fail, so it is escaped."""
-    try:
-        error.encode("utf-8")
-    except UnicodeEncodeError:
-        return error.encode("utf-8", "backslashreplace").decode("utf-8")
-    return error
 
 
 def _depends_on(job: NewJob) -> str | None:
@@ -199,7 +191,9 @@ class LocalBackend(Backend):
         self._records_sql = RecordStatements(self._config.table, self._config.schema)
         where = self._config.path if self._config.path is not None else "bring-your-own store"
         self._where = f"local backend {context.name!r} ({where})"
-        self._store: Store | None = None
+        self._boundary = StoreGuard[Store](
+            where=self._where, map_error=lambda exc: map_store_error(exc, where=self._where)
+        )
         self._owned: SQLiteStore | None = None
         self._signature: FileSignature | None = None
         # Per queue: the database's file signature just before the last lease, so a commit
@@ -214,11 +208,11 @@ class LocalBackend(Backend):
     @property
     def store(self) -> Store | None:
         """The store in use (``None`` until :meth:`open`)."""
-        return self._store
+        return self._boundary.handle
 
     # -- lifecycle -------------------------------------------------------------------------
     async def open(self) -> None:
-        if self._store is not None:
+        if self._boundary.is_open:
             return
         config = self._config
         owned: SQLiteStore | None = None
@@ -232,7 +226,7 @@ class LocalBackend(Backend):
                 busy_timeout=config.busy_timeout,
             )
             connection = await self._retry_busy(
-                lambda: self._guard(anyio.to_thread.run_sync(open_connection))
+                lambda: self._boundary.call(anyio.to_thread.run_sync(open_connection))
             )
             store = owned = SQLiteStore(connection)
         elif isinstance(config.store, sqlite3.Connection):
@@ -245,7 +239,7 @@ class LocalBackend(Backend):
             for number, statement in enumerate((*self._sql.schema, *self._records_sql.schema)):
 
                 async def create(statement: str = statement) -> int:
-                    return await self._guard(store.execute(statement, ()))
+                    return await self._boundary.call(store.execute(statement, ()))
 
                 await self._retry_busy(create)
                 if number == 0:  # the CREATE TABLE: bring an older table up to date
@@ -255,26 +249,28 @@ class LocalBackend(Backend):
             if owned is not None:
                 await owned.aclose()
             raise
-        self._store, self._owned = store, owned
+        self._boundary.opened(store)
+        self._owned = owned
 
     async def close(self) -> None:
-        owned, self._store, self._owned = self._owned, None, None
+        self._boundary.closed()
+        owned, self._owned = self._owned, None
         self._seen.clear()
         if owned is not None:
             await owned.aclose()
 
     async def _add_missing_columns(self, store: Store) -> None:
         """Bring a table made by an earlier version up to date (``ALTER TABLE ADD COLUMN``)."""
-        rows = await self._guard(store.execute_all(self._sql.table_info, ()))
+        rows = await self._boundary.call(store.execute_all(self._sql.table_info, ()))
         present = {str(row[1]) for row in rows}
         for column in ADDED_COLUMNS:
             if column in present:
                 continue
             try:
-                await self._guard(store.execute(self._sql.add_column(column), ()))
+                await self._boundary.call(store.execute(self._sql.add_column(column), ()))
             except QueueError:
                 # Another process starting at the same time may have added it first.
-                rows = await self._guard(store.execute_all(self._sql.table_info, ()))
+                rows = await self._boundary.call(store.execute_all(self._sql.table_info, ()))
                 if column not in {str(row[1]) for row in rows}:
                     raise
 
@@ -306,32 +302,14 @@ class LocalBackend(Backend):
         raise AssertionError("unreachable")  # pragma: no cover
 
     # -- the store boundary ----------------------------------------------------------------
-    def _require_store(self) -> Store:
-        store = self._store
-        if store is None:
-            raise QueueError(
-                "queue/not-initialized",
-                f"{self._where} is not open: use 'async with queue:' or await queue.start() "
-                f"before calling it",
-            )
-        return store
-
-    async def _guard(self, call: Awaitable[T]) -> T:
-        try:
-            return await call
-        except QueueError:
-            raise
-        except Exception as exc:
-            raise map_store_error(exc, where=self._where) from exc
-
     async def _all(self, sql: str, params: Sequence[Any]) -> list[Row]:
-        return await self._guard(self._require_store().execute_all(sql, params))
+        return await self._boundary.call(self._boundary.require().execute_all(sql, params))
 
     async def _one(self, sql: str, params: Sequence[Any]) -> Row | None:
-        return await self._guard(self._require_store().execute_one(sql, params))
+        return await self._boundary.call(self._boundary.require().execute_one(sql, params))
 
     async def _execute(self, sql: str, params: Sequence[Any]) -> int:
-        return await self._guard(self._require_store().execute(sql, params))
+        return await self._boundary.call(self._boundary.require().execute(sql, params))
 
     async def _count(self, sql: str, params: Sequence[Any]) -> int:
         row = await self._one(sql, params)
@@ -398,7 +376,7 @@ class LocalBackend(Backend):
     async def lease(
         self, queue: str, *, limit: int, now: float, lease_seconds: float
     ) -> list[Lease]:
-        store = self._require_store()
+        store = self._boundary.require()
         if self._signature is not None:
             self._seen[queue] = self._signature.read()
         if limit <= 0:
@@ -407,7 +385,7 @@ class LocalBackend(Backend):
         # only by a later call with another token.
         token = secrets.token_hex(16)
         expires_at = now + lease_seconds
-        rows = await self._guard(
+        rows = await self._boundary.call(
             store.execute_all(self._sql.lease, (token, expires_at, queue, now, limit))
         )
         rows.sort(key=_lease_order)  # RETURNING order is unspecified
@@ -419,7 +397,7 @@ class LocalBackend(Backend):
         """:meth:`lease` under fleet-wide limits: one refill statement (safe on its own), then
         one lease statement that spends the tokens (through a trigger) and counts each group's
         inflight jobs as it takes jobs (see ``Statements.lease_limited``)."""
-        store = self._require_store()
+        store = self._boundary.require()
         if self._signature is not None:
             self._seen[queue] = self._signature.read()
         if limit <= 0:
@@ -427,7 +405,7 @@ class LocalBackend(Backend):
         token = secrets.token_hex(16)
         rated = limits.rate_max is not None and limits.rate_per_seconds is not None
         if rated:
-            await self._guard(
+            await self._boundary.call(
                 store.execute(
                     self._sql.refill, (queue, now, limits.rate_max, limits.rate_per_seconds)
                 )
@@ -443,31 +421,23 @@ class LocalBackend(Backend):
             limits.group_concurrency,
             1 if rated else None,
         )
-        rows = await self._guard(store.execute_all(self._sql.lease_limited, params))
+        rows = await self._boundary.call(store.execute_all(self._sql.lease_limited, params))
         rows.sort(key=_lease_order)
         return [Lease(job=stored_job(row), token=token, expires_at=expires_at) for row in rows]
 
     async def settle(self, settlements: Sequence[Settlement], *, now: float) -> list[bool]:
         if not settlements:
             return []
-        sent: set[tuple[str, str]] = set()
         updates: list[list[Any]] = []
         bound: list[list[Any]] = []
         deletes: list[list[Any]] = []
-        for item in settlements:
-            if item.outcome not in _OUTCOMES:
-                raise BadArgumentError(
-                    "queue/bad-argument",
-                    f"settlement outcome must be one of {sorted(_OUTCOMES)}, got {item.outcome!r}",
-                )
-            key = (item.job_id, item.token)
-            if key in sent:
+        for item, first in zip(settlements, check_settlements(settlements), strict=True):
+            if not first:
                 continue  # a repeated settlement is stale: completion applies once
-            sent.add(key)
             if item.outcome == "done" and not item.keep:
                 deletes.append([item.job_id, item.token, item.at])
                 continue
-            error = None if item.error is None else _storable(item.error)
+            error = None if item.error is None else storable_text(item.error)
             update = [item.job_id, item.token, item.outcome, item.at, error, item.result]
             (bound if error is not None and "\x00" in error else updates).append(update)
 
@@ -522,7 +492,7 @@ class LocalBackend(Backend):
 
     async def wait_for_work(self, queue: str, *, timeout: float) -> None:
         signature = self._signature
-        if signature is None or self._store is None:
+        if signature is None or not self._boundary.is_open:
             await anyio.sleep(max(0.0, timeout))
             return
         baseline = self._seen.get(queue)
