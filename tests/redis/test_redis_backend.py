@@ -131,7 +131,7 @@ async def test_a_script_cancelled_before_its_reply_never_hands_that_reply_to_ano
 ) -> None:
     # The asyncio transport keeps its own connections for scripts: one abandoned with a reply
     # on its way must be dropped, or the next call would read the stale reply as its own.
-    transport = backend._require()
+    transport = backend._boundary.require()
     for n in range(5):
         with anyio.move_on_after(0.005):
             await transport.script(_SLOW_ECHO, ["k"], [f"late-{n}", "30000"])
@@ -141,7 +141,7 @@ async def test_a_script_cancelled_before_its_reply_never_hands_that_reply_to_ano
 async def test_scripts_at_once_share_a_bounded_set_of_connections(
     backend: RedisBackend, redis_client: redis.Redis
 ) -> None:
-    transport = backend._require()
+    transport = backend._boundary.require()
     before = len(redis_client.client_list())
     replies: list[str] = []
 

@@ -15,7 +15,7 @@ from blamequeue import Queue
 from blamequeue._clock import SystemClock
 from blamequeue._plugins import load_registry
 from blamequeue.abc import BackendContext
-from blamequeue.errors import BackendUnavailableError, BadArgumentError, ConfigError, QueueError
+from blamequeue.errors import BackendUnavailableError, BadArgumentError, ConfigError
 from blamequeue_redis import RedisBackend
 from blamequeue_redis._errors import DUPLICATE_JOB, map_redis_error
 from blamequeue_redis._keys import DEFAULT_PREFIX
@@ -217,6 +217,6 @@ def test_a_duplicate_job_id_is_a_bad_argument() -> None:
 
 def test_other_redis_errors_are_not_retried() -> None:
     error = map_redis_error(rx.ResponseError("ERR unknown command 'EVALSHA'"), where="w")
-    assert type(error) is QueueError
+    assert type(error) is BackendUnavailableError
     assert error.code == "queue/backend-unavailable"
     assert not error.retryable

@@ -101,7 +101,7 @@ async def transport(
     )
     await backend.open()
     try:
-        yield backend._require()
+        yield backend._boundary.require()
     finally:
         await backend.close()
 
@@ -180,7 +180,7 @@ async def test_a_reply_is_polled_for_only_while_replies_of_its_kind_come_quickly
     )
     await backend.open()
     try:
-        transport = backend._require()
+        transport = backend._boundary.require()
         held = getattr(transport, "_held", None)  # the thread transport (trio) has none
         if held is not None:
             # Longer than the option allows, so that a quick reply on a loaded machine (this
@@ -215,7 +215,7 @@ async def test_a_machine_of_one_core_never_polls(
     backend = RedisBackend({"url": redis_url}, BackendContext(name="r", clock=SystemClock()))
     await backend.open()
     try:
-        assert await backend._require().script(_ECHO, ["{t}h"], ["x"]) == "x"
+        assert await backend._boundary.require().script(_ECHO, ["{t}h"], ["x"]) == "x"
     finally:
         await backend.close()
 
@@ -278,7 +278,7 @@ async def test_a_loop_it_does_not_know_never_polls(
     await backend.open()
     try:
         for _ in range(3):
-            assert await backend._require().script(_ECHO, ["{t}h"], ["x"]) == "x"
+            assert await backend._boundary.require().script(_ECHO, ["{t}h"], ["x"]) == "x"
     finally:
         await backend.close()
 
@@ -307,7 +307,7 @@ async def test_the_portable_path_leaves_scripts_to_redis_py(
     backend = RedisBackend({"url": redis_url}, BackendContext(name="r", clock=SystemClock()))
     await backend.open()
     try:
-        transport = backend._require()
+        transport = backend._boundary.require()
         # No held wires (the thread transport of trio never has any).
         assert getattr(transport, "_held", None) is None
         assert await transport.script(_ECHO, ["{t}h"], ["via redis-py"]) == "via redis-py"

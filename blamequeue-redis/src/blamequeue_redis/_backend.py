@@ -42,10 +42,13 @@ from blamequeue.abc import (
     Settlement,
     StoredJob,
     StoredJobPage,
+    StoreGuard,
     SweepResult,
     WorkerRecord,
+    check_settlements,
     compact_json,
     record_prefix_bound,
+    storable_text,
 )
 from blamequeue.errors import BadArgumentError, ConfigError, QueueError
 from blamequeue_redis._errors import map_redis_error
@@ -104,7 +107,6 @@ log = logging.getLogger("blamequeue")
 
 T = TypeVar("T")
 
-_OUTCOMES: Final = frozenset({"done", "retry", "dead", "release"})
 #: Jobs one sweep / purge script call handles at most, so no call blocks Redis for long; the
 #: backend calls again while a queue has more.
 _BUDGET: Final = 5000
@@ -258,16 +260,6 @@ def _token_queue(token: str) -> str | None:
     return token[_TOKEN_HEX + 1 :]
 
 
-def _storable(error: str) -> str:
-    """``error`` as any client can send it: an unpaired surrogate (an undecodable file name in
-    an exception message, say) is escaped rather than failing the settlement."""
-    try:
-        error.encode("utf-8")
-    except UnicodeEncodeError:
-        return error.encode("utf-8", "backslashreplace").decode("utf-8")
-    return error
-
-
 class RedisBackend(Backend):
     """Jobs in Redis (protocol ``redis``): atomic Lua transitions, blocking waits, Cluster-safe.
 
@@ -319,7 +311,12 @@ class RedisBackend(Backend):
         self._record_kinds: set[str] = set()  # kinds registered for the sweep already
         where = self._config.shown_url or "bring-your-own client"
         self._where = f"redis backend {context.name!r} ({where})"
-        self._transport: Transport | None = None
+        self._boundary = StoreGuard[Transport](
+            where=self._where,
+            map_error=lambda exc: map_redis_error(
+                exc, where=self._where, secrets=self._config.secrets
+            ),
+        )
         self._queues: dict[str, tuple[QueueKeys, tuple[str, ...]]] = {}
         # On a cluster the registry lives in another slot than the queue's keys, so the
         # backend adds a queue to it itself, once per queue per process.
@@ -336,13 +333,13 @@ class RedisBackend(Backend):
     @property
     def transport(self) -> Transport | None:
         """The transport in use (``None`` until :meth:`open`)."""
-        return self._transport
+        return self._boundary.handle
 
     # -- lifecycle -------------------------------------------------------------------------
     async def open(self) -> None:
-        if self._transport is not None:
+        if self._boundary.is_open:
             return
-        self._transport = await self._guard(self._connect())
+        self._boundary.opened(await self._boundary.call(self._connect()))
 
     async def _connect(self) -> Transport:
         config = self._config
@@ -413,37 +410,19 @@ class RedisBackend(Backend):
         return "cluster_enabled:1" in str(_text(info))
 
     async def close(self) -> None:
-        transport, self._transport = self._transport, None
+        transport = self._boundary.closed()
         self._registered.clear()
         if transport is not None:
             try:
                 await transport.aclose()
             except Exception as exc:
-                raise map_redis_error(exc, where=self._where, secrets=self._config.secrets) from exc
+                raise self._boundary.mapped(exc) from exc
 
     # -- the Redis boundary ----------------------------------------------------------------
     @property
     def overlapped_lease(self) -> bool:
         # Worker threads (trio) spend this process's CPU on every call: halves measured slower.
-        return isinstance(self._transport, AsyncioTransport)
-
-    def _require(self) -> Transport:
-        transport = self._transport
-        if transport is None:
-            raise QueueError(
-                "queue/not-initialized",
-                f"{self._where} is not open: use 'async with queue:' or await queue.start() "
-                f"before calling it",
-            )
-        return transport
-
-    async def _guard(self, call: Awaitable[T]) -> T:
-        try:
-            return await call
-        except QueueError:
-            raise
-        except Exception as exc:
-            raise map_redis_error(exc, where=self._where, secrets=self._config.secrets) from exc
+        return isinstance(self.transport, AsyncioTransport)
 
     def _keys(self, queue: str) -> tuple[QueueKeys, tuple[str, ...]]:
         found = self._queues.get(queue)
@@ -454,27 +433,31 @@ class RedisBackend(Backend):
 
     async def _script(self, script: Script, queue: str, args: Sequence[Any]) -> Any:
         keys, script_keys = self._keys(queue)
-        return await self._guard(self._require().script(script, script_keys, (keys.base, *args)))
+        return await self._boundary.call(
+            self._boundary.require().script(script, script_keys, (keys.base, *args))
+        )
 
     def _call(self, script: Script, queue: str, args: Sequence[Any]) -> ScriptCall:
         keys, script_keys = self._keys(queue)
         return (script, script_keys, (keys.base, *args))
 
     async def _queue_names(self) -> list[str]:
-        names = await self._guard(self._require().command("SMEMBERS", self._layout.registry))
+        names = await self._boundary.call(
+            self._boundary.require().command("SMEMBERS", self._layout.registry)
+        )
         return sorted(_text(name) for name in names)
 
     async def _each_queue(
         self, script: Script, args: Callable[[str], Sequence[Any]]
     ) -> list[tuple[str, Any]]:
         """Run ``script`` on every registered queue (pipelined); ``(queue, reply)`` pairs."""
-        transport = self._require()
+        transport = self._boundary.require()
         names = await self._queue_names()
         out: list[tuple[str, Any]] = []
         for start in range(0, len(names), _QUEUES_PER_PIPELINE):
             chunk = names[start : start + _QUEUES_PER_PIPELINE]
             calls = [self._call(script, name, args(name)) for name in chunk]
-            replies = await self._guard(transport.scripts(calls))
+            replies = await self._boundary.call(transport.scripts(calls))
             out.extend(zip(chunk, replies, strict=True))
         return out
 
@@ -482,7 +465,7 @@ class RedisBackend(Backend):
     async def enqueue(self, jobs: Sequence[NewJob]) -> None:
         if not jobs:
             return
-        transport = self._require()
+        transport = self._boundary.require()
         by_queue: dict[str, list[NewJob]] = {}
         for job in jobs:
             if job.depends_on and any(not dep or " " in dep for dep in job.depends_on):
@@ -497,17 +480,17 @@ class RedisBackend(Backend):
         for queue, batch in by_queue.items():
             keys, script_keys = await self._enqueue_keys(queue)
             args = (keys.base, queue, _dumps(_enqueue_batch(batch)))
-            await self._guard(transport.script(ENQUEUE, script_keys, args))
+            await self._boundary.call(transport.script(ENQUEUE, script_keys, args))
 
     async def _enqueue_keys(self, queue: str) -> tuple[QueueKeys, tuple[str, ...]]:
         """The keys of ``queue`` and the ``KEYS`` of its enqueue scripts, which register the
         queue (on a cluster the registry lives in another slot: registered here, once)."""
         keys, script_keys = self._keys(queue)
-        transport = self._require()
+        transport = self._boundary.require()
         if not transport.cluster:
             return keys, (*script_keys, self._layout.registry)
         if queue not in self._registered:
-            await self._guard(transport.command("SADD", self._layout.registry, queue))
+            await self._boundary.call(transport.command("SADD", self._layout.registry, queue))
             self._registered.add(queue)
         return keys, script_keys
 
@@ -522,7 +505,9 @@ class RedisBackend(Backend):
             ttl = str(max(1, math.ceil((hold_until - now) * 1000)))
         batch = _enqueue_batch([job], optional)
         args = (keys.base, job.queue, _dumps(batch), unique_key, repr(now), ttl)
-        reply = await self._guard(self._require().script(ENQUEUE_UNIQUE, script_keys, args))
+        reply = await self._boundary.call(
+            self._boundary.require().script(ENQUEUE_UNIQUE, script_keys, args)
+        )
         # The script answers the holder's id, or how many jobs it stored (then ours holds it).
         return job.id if isinstance(reply, int) else str(_text(reply))
 
@@ -531,7 +516,7 @@ class RedisBackend(Backend):
         self, queue: str, *, limit: int, now: float, lease_seconds: float
     ) -> list[Lease]:
         if limit <= 0:
-            self._require()
+            self._boundary.require()
             return []
         # One token per call: the fence checks (id, token) pairs, and a job is leased again only
         # by a later call with another token.
@@ -549,7 +534,7 @@ class RedisBackend(Backend):
         """:meth:`lease` under fleet-wide limits, in one script (see
         :mod:`blamequeue_redis._limits_script`)."""
         if limit <= 0:
-            self._require()
+            self._boundary.require()
             return []
         token = f"{secrets.token_hex(_TOKEN_HEX // 2)}:{queue}"
         expires_at = now + lease_seconds
@@ -571,14 +556,10 @@ class RedisBackend(Backend):
     async def settle(self, settlements: Sequence[Settlement], *, now: float) -> list[bool]:
         if not settlements:
             return []
-        self._require()
+        self._boundary.require()
+        check_settlements(settlements)  # repeats are stale: the script applies a token once
         by_queue: dict[str, list[int]] = {}
         for n, item in enumerate(settlements):
-            if item.outcome not in _OUTCOMES:
-                raise BadArgumentError(
-                    "queue/bad-argument",
-                    f"settlement outcome must be one of {sorted(_OUTCOMES)}, got {item.outcome!r}",
-                )
             queue = _token_queue(item.token)
             if queue is not None:
                 by_queue.setdefault(queue, []).append(n)
@@ -594,7 +575,7 @@ class RedisBackend(Backend):
                         item.token,
                         item.outcome,
                         repr(item.at),
-                        False if item.error is None else _storable(item.error),
+                        False if item.error is None else storable_text(item.error),
                         item.keep,
                         False if item.result is None else item.result,
                     )
@@ -609,17 +590,17 @@ class RedisBackend(Backend):
 
     async def _run_calls(self, calls: Sequence[ScriptCall]) -> list[Any]:
         """One call directly, several pipelined."""
-        transport = self._require()
+        transport = self._boundary.require()
         if len(calls) == 1:
-            return [await self._guard(transport.script(*calls[0]))]
-        return await self._guard(transport.scripts(calls))
+            return [await self._boundary.call(transport.script(*calls[0]))]
+        return await self._boundary.call(transport.scripts(calls))
 
     async def extend(
         self, leases: Sequence[tuple[str, str]], *, expires_at: float
     ) -> list[bool | None]:
         if not leases:
             return []
-        self._require()
+        self._boundary.require()
         by_queue: dict[str, list[int]] = {}
         for n, (_job_id, token) in enumerate(leases):
             queue = _token_queue(token)
@@ -637,7 +618,7 @@ class RedisBackend(Backend):
         return held
 
     async def sweep(self, *, now: float, retain_done: float, expired_error: str) -> SweepResult:
-        transport = self._require()
+        transport = self._boundary.require()
         cutoff = now - retain_done
         expired: list[StoredJob] = []
         dead: list[StoredJob] = []
@@ -647,7 +628,7 @@ class RedisBackend(Backend):
             chunk, pending = pending[:_QUEUES_PER_PIPELINE], pending[_QUEUES_PER_PIPELINE:]
             args = (now, expired_error, cutoff, _BUDGET)
             calls = [self._call(SWEEP, name, args) for name in chunk]
-            replies = await self._guard(transport.scripts(calls))
+            replies = await self._boundary.call(transport.scripts(calls))
             again: list[str] = []
             for name, reply in zip(chunk, replies, strict=True):
                 expired += (_stored(name, row) for row in _rows(reply[0]))
@@ -662,19 +643,19 @@ class RedisBackend(Backend):
     async def wait_for_work(self, queue: str, *, timeout: float) -> None:
         """Block on the queue's signal list (``BLPOP``) until a transition of another process
         (or this one) makes a job due, or ``timeout`` seconds pass (at most 30 s a call)."""
-        transport = self._transport
+        transport = self.transport
         if transport is None:
             await anyio.sleep(max(0.0, timeout))
             return
         keys, _ = self._keys(queue)
-        await self._guard(transport.wait(keys.signal, max(0.0, timeout)))
+        await self._boundary.call(transport.wait(keys.signal, max(0.0, timeout)))
 
     async def wait_and_lease(
         self, queue: str, *, timeout: float, limit: int, now: float, lease_seconds: float
     ) -> list[Lease] | None:
         """The blocking wait of :meth:`wait_for_work` and the lease in one exchange: Redis runs
         the lease the moment the wait takes a wake token (see ``LEASE_AFTER_WAIT``)."""
-        transport = self._transport
+        transport = self.transport
         if transport is None or limit <= 0:
             await self.wait_for_work(queue, timeout=timeout)
             return None
@@ -704,7 +685,7 @@ class RedisBackend(Backend):
                     now=at,
                 )
 
-        reply = await self._guard(
+        reply = await self._boundary.call(
             transport.wait_between(keys.signal, mark, max(0.0, timeout), before, after, give_back)
         )
         if reply is None:
@@ -717,13 +698,13 @@ class RedisBackend(Backend):
         """Subscribes (a pub/sub connection of its own) to the job's events channel, where
         ``ctx.progress`` publishes, and to its queue's ``settled`` channel, where the settle
         script publishes the ids of the jobs that ended, atomically with their settlement."""
-        transport = self._require()
+        transport = self._boundary.require()
         channels = [self._layout.events_prefix + job_id]
         stored = await self.get_job(job_id)
         if stored is not None:
             channels.append(self._keys(stored.queue)[0].base + "settled")
         try:
-            listener = await self._guard(transport.listen(channels))
+            listener = await self._boundary.call(transport.listen(channels))
         except QueueError as exc:
             if exc.retryable:
                 raise
@@ -732,30 +713,36 @@ class RedisBackend(Backend):
             yield JobWatch(self.context.clock)
             return
         try:
-            yield _RedisWatch(self.context.clock, job_id, listener, self._guard)
+            yield _RedisWatch(self.context.clock, job_id, listener, self._boundary.call)
         finally:
             await listener.aclose()
 
     async def publish_progress(self, job_id: str, event: str, *, now: float) -> None:
-        transport = self._require()
+        transport = self._boundary.require()
         channel = self._layout.events_prefix + job_id
-        await self._guard(transport.command("PUBLISH", channel, "p" + event))
+        await self._boundary.call(transport.command("PUBLISH", channel, "p" + event))
 
     # -- inspecting and operating ---------------------------------------------------------
     async def size(self, queue: str) -> int:
         return int(await self._script(SIZE, queue, ()))
 
     async def purge(self, queue: str) -> int:
+        return await self._delete_in_slices(PURGE, queue)
+
+    async def _delete_in_slices(self, script: Script, queue: str) -> int:
+        """Run a deleting ``script`` (``PURGE``, ``DLQ_PURGE``) until it says nothing is left:
+        each call deletes at most ``_BUDGET`` jobs, so none blocks Redis for long.  Returns
+        how many jobs it counted (live ones for ``PURGE``)."""
         deleted = 0
         while True:
-            live, more = await self._script(PURGE, queue, (_BUDGET,))
-            deleted += int(live)
+            count, more = await self._script(script, queue, (_BUDGET,))
+            deleted += int(count)
             if not int(more):
                 return deleted
 
     async def dlq_list(self, queue: str, *, limit: int | None) -> list[StoredJob]:
         if limit is not None and limit <= 0:
-            self._require()
+            self._boundary.require()
             return []
         last = -1 if limit is None else limit - 1
         reply = await self._script(DLQ_LIST, queue, (last,))
@@ -783,15 +770,10 @@ class RedisBackend(Backend):
 
     async def dlq_size(self, queue: str) -> int:
         keys, _ = self._keys(queue)
-        return int(await self._guard(self._require().command("ZCARD", keys.dead)))
+        return int(await self._boundary.call(self._boundary.require().command("ZCARD", keys.dead)))
 
     async def dlq_purge(self, queue: str) -> int:
-        deleted = 0
-        while True:
-            count, more = await self._script(DLQ_PURGE, queue, (_BUDGET,))
-            deleted += int(count)
-            if not int(more):
-                return deleted
+        return await self._delete_in_slices(DLQ_PURGE, queue)
 
     # -- flows -----------------------------------------------------------------------------
     async def flow_jobs(self, flow_id: str) -> list[StoredJob]:
@@ -861,14 +843,14 @@ class RedisBackend(Backend):
         return f"{self._layout.prefix}:rec-kinds"
 
     async def _record_script(self, script: Script, kind: str, args: Sequence[Any]) -> Any:
-        transport = self._require()
+        transport = self._boundary.require()
         base = self._record_base(kind)
         if kind not in self._record_kinds:
             # The registry lives in another slot: written apart, once per kind and process,
             # before the first record of the kind (a sweep must find every kind it prunes).
-            await self._guard(transport.command("SADD", self._record_kinds_key(), kind))
+            await self._boundary.call(transport.command("SADD", self._record_kinds_key(), kind))
             self._record_kinds.add(kind)
-        return await self._guard(transport.script(script, (base + ":keys",), (base, *args)))
+        return await self._boundary.call(transport.script(script, (base + ":keys",), (base, *args)))
 
     async def record_put(
         self,
@@ -923,14 +905,14 @@ class RedisBackend(Backend):
         return int(await self._record_script(RECORD_DELETE, kind, (key,))) == 1
 
     async def _prune_records(self, now: float) -> None:
-        transport = self._require()
-        kinds = await self._guard(transport.command("SMEMBERS", self._record_kinds_key()))
+        transport = self._boundary.require()
+        kinds = await self._boundary.call(transport.command("SMEMBERS", self._record_kinds_key()))
         calls = []
         for kind in sorted(_text(k) for k in kinds):
             base = self._record_base(kind)
             calls.append((RECORD_PRUNE, (base + ":keys",), (base, repr(now))))
         if calls:
-            await self._guard(transport.scripts(calls))
+            await self._boundary.call(transport.scripts(calls))
 
     def _worker_keys(self) -> tuple[str, str]:
         # One fixed hash tag, so both keys share a slot on a cluster; after the prefix, so an
@@ -942,7 +924,7 @@ class RedisBackend(Backend):
         )
 
     async def worker_heartbeat(self, worker: WorkerRecord) -> None:
-        transport = self._require()
+        transport = self._boundary.require()
         records, beats = self._worker_keys()
         record = _dumps(
             [
@@ -959,19 +941,19 @@ class RedisBackend(Backend):
             ]
         )
         args = (worker.id, repr(worker.heartbeat_at), record)
-        await self._guard(transport.script(WORKER_BEAT, (records, beats), args))
+        await self._boundary.call(transport.script(WORKER_BEAT, (records, beats), args))
 
     async def worker_gone(self, worker_id: str) -> None:
-        transport = self._require()
+        transport = self._boundary.require()
         records, beats = self._worker_keys()
-        await self._guard(transport.script(WORKER_GONE, (records, beats), (worker_id,)))
+        await self._boundary.call(transport.script(WORKER_GONE, (records, beats), (worker_id,)))
 
     async def list_workers(self, *, alive_since: float) -> list[WorkerRecord]:
-        transport = self._require()
+        transport = self._boundary.require()
         records, beats = self._worker_keys()
         # One script: pruning and reading see the same registry (a heartbeat landing between
         # them is never pruned).
-        values = await self._guard(
+        values = await self._boundary.call(
             transport.script(WORKER_LIST, (records, beats), (repr(alive_since),))
         )
         workers: list[WorkerRecord] = []

@@ -15,12 +15,13 @@ traceback shows it).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Final
 
 from redis import exceptions as rx
 
-from blamequeue.errors import BackendUnavailableError, BadArgumentError, ConfigError, QueueError
+from blamequeue.abc import ErrorMap, ErrorRule, redact_chain
+from blamequeue.errors import QueueError
 from blamequeue_redis._options import scrub
 
 __all__ = ["DUPLICATE_JOB", "map_redis_error"]
@@ -53,20 +54,51 @@ _TEMPORARY = _types(
 _TEMPORARY_REPLIES: Final = ("OOM ", "LOADING", "BUSY ", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN")
 
 
-def _scrub_chain(exc: BaseException, secrets: tuple[str, ...]) -> None:
-    """Replace ``secrets`` in the arguments of ``exc`` and of the exceptions it came from, so
-    that neither its text nor a traceback that shows it holds a credential."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        if any(
-            isinstance(arg, str) and secret in arg for arg in current.args for secret in secrets
-        ):
-            current.args = tuple(
-                scrub(arg, secrets) if isinstance(arg, str) else arg for arg in current.args
-            )
-        current = current.__cause__ or current.__context__
+def _replying(*prefixes: str) -> Callable[[BaseException], bool]:
+    """A test for errors whose text starts with one of ``prefixes`` (Redis error replies)."""
+    return lambda exc: str(exc).startswith(prefixes)
+
+
+def _either(
+    types: tuple[type[BaseException], ...], reply: Callable[[BaseException], bool]
+) -> Callable[[BaseException], bool]:
+    return lambda exc: isinstance(exc, types) or reply(exc)
+
+
+_ERRORS: Final = ErrorMap(
+    ErrorRule(
+        when=_either(_AUTH, _replying("WRONGPASS", "NOAUTH")),
+        code="queue/invalid-config",
+        message="{where}: Redis refused the credentials ({text}); check the 'username' and "
+        "'password' options (or the user:password in the URL) and the server's ACL users",
+    ),
+    ErrorRule(
+        when=_either(_PERMISSION, _replying("NOPERM")),
+        code="queue/invalid-config",
+        message="{where}: the Redis user lacks a permission blamequeue needs ({text}); grant it "
+        "the key pattern of the key_prefix and the commands EVALSHA, EVAL, SCRIPT, BLPOP, "
+        "SMEMBERS, SADD, ZCARD, INFO and CLIENT (e.g. ACL SETUSER <user> ~blamequeue:* +@all)",
+    ),
+    ErrorRule(
+        when=lambda exc: isinstance(exc, rx.ResponseError) and _replying(DUPLICATE_JOB)(exc),
+        code="queue/bad-argument",
+        message="{where}: {detail}",
+    ),
+    ErrorRule(
+        when=_either(_TEMPORARY, _replying(*_TEMPORARY_REPLIES)),
+        retryable=True,
+        message="{where}: Redis is unavailable ({kind}: {text}); the call will be retried",
+    ),
+    ErrorRule(when=OSError, retryable=True, message="{where}: connection to Redis failed: {text}"),
+    ErrorRule(
+        when=UnicodeError,
+        code="queue/bad-payload",
+        message="{where}: text that is not valid Unicode cannot be sent: {text}",
+    ),
+    otherwise=ErrorRule(
+        when=Exception, message="{where}: Redis answered with an error ({kind}: {text})"
+    ),
+)
 
 
 def map_redis_error(exc: BaseException, *, where: str, secrets: Sequence[str] = ()) -> QueueError:
@@ -76,38 +108,7 @@ def map_redis_error(exc: BaseException, *, where: str, secrets: Sequence[str] = 
         return exc
     hidden = tuple(secrets)
     if hidden:
-        _scrub_chain(exc, hidden)
+        redact_chain(exc, lambda text: scrub(text, hidden))
     text = scrub(str(exc), hidden)
-    if isinstance(exc, _AUTH) or text.startswith(("WRONGPASS", "NOAUTH")):
-        return ConfigError(
-            "queue/invalid-config",
-            f"{where}: Redis refused the credentials ({text}); check the 'username' and "
-            f"'password' options (or the user:password in the URL) and the server's ACL users",
-        )
-    if isinstance(exc, _PERMISSION) or text.startswith("NOPERM"):
-        return ConfigError(
-            "queue/invalid-config",
-            f"{where}: the Redis user lacks a permission blamequeue needs ({text}); grant it "
-            f"the key pattern of the key_prefix and the commands EVALSHA, EVAL, SCRIPT, "
-            f"BLPOP, SMEMBERS, SADD, ZCARD, INFO and CLIENT (e.g. "
-            f"ACL SETUSER <user> ~blamequeue:* +@all)",
-        )
-    if isinstance(exc, rx.ResponseError) and text.startswith(DUPLICATE_JOB):
-        detail = text[len(DUPLICATE_JOB) :].strip()
-        return BadArgumentError("queue/bad-argument", f"{where}: {detail}")
-    if isinstance(exc, _TEMPORARY) or text.startswith(_TEMPORARY_REPLIES):
-        return BackendUnavailableError(
-            f"{where}: Redis is unavailable ({type(exc).__name__}: {text}); the call will be "
-            f"retried"
-        )
-    if isinstance(exc, OSError):
-        return BackendUnavailableError(f"{where}: connection to Redis failed: {text}")
-    if isinstance(exc, UnicodeError):
-        return BadArgumentError(
-            "queue/bad-payload", f"{where}: text that is not valid Unicode cannot be sent: {text}"
-        )
-    return QueueError(
-        "queue/backend-unavailable",
-        f"{where}: Redis answered with an error ({type(exc).__name__}: {text})",
-        retryable=False,
-    )
+    detail = text[len(DUPLICATE_JOB) :].strip()
+    return _ERRORS.map(exc, where=where, text=text, detail=detail)

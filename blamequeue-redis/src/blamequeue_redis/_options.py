@@ -15,7 +15,7 @@ from urllib.parse import unquote, urlsplit
 
 import attrs
 
-from blamequeue.errors import ConfigError
+from blamequeue.abc import OptionReader
 from blamequeue_redis._keys import DEFAULT_PREFIX
 from blamequeue_redis._transport import is_async_client, is_cluster_client, is_sync_client
 
@@ -130,65 +130,27 @@ def scrub(text: str, secrets: tuple[str, ...]) -> str:
     return text
 
 
-def _invalid(message: str) -> ConfigError:
-    return ConfigError("queue/invalid-config", f"redis backend: {message}")
-
-
-def _optional_text(options: Mapping[str, Any], name: str) -> str | None:
-    value = options.get(name)
-    if value is None:
-        return None
-    if not isinstance(value, str) or not value:
-        raise _invalid(f"option {name!r} must be a non-empty string, got {type(value).__name__}")
-    return value
-
-
-def _flag(options: Mapping[str, Any], name: str) -> bool | None:
-    value = options.get(name)
-    if value is None or isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.strip().lower() in ("1", "true", "0", "false"):
-        return value.strip().lower() in ("1", "true")
-    raise _invalid(f"option {name!r} must be true or false, got {value!r}")
-
-
-def _reply_poll_us(options: Mapping[str, Any]) -> int:
-    value = options.get("reply_poll_us")
-    if value is None:
-        return REPLY_POLL_US
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int)
-        or not (0 <= value <= _MAX_REPLY_POLL_US)
-    ):
-        raise _invalid(
-            f"option 'reply_poll_us' must be a whole number of microseconds from 0 (never poll) "
-            f"to {_MAX_REPLY_POLL_US}, got {value!r}"
-        )
-    return value
-
-
-def _key_prefix(options: Mapping[str, Any]) -> str:
-    prefix = options.get("key_prefix")
+def _key_prefix(read: OptionReader) -> str:
+    prefix = read.raw("key_prefix")
     if prefix is None:
         return DEFAULT_PREFIX
     if not isinstance(prefix, str) or not prefix or len(prefix) > _MAX_PREFIX:
-        raise _invalid(
+        raise read.invalid(
             f"option 'key_prefix' must be a non-empty string of at most {_MAX_PREFIX} "
             f"characters, got {prefix!r}"
         )
     if "{" in prefix or "}" in prefix or any(ord(c) < 32 for c in prefix):
-        raise _invalid(
+        raise read.invalid(
             f"option 'key_prefix' may not hold '{{', '}}' or control characters (the queue "
             f"name is the key's cluster hash tag), got {prefix!r}"
         )
     return prefix
 
 
-def _url(raw: object, tls: bool | None) -> tuple[str, bool]:
+def _url(read: OptionReader, raw: object, tls: bool | None) -> tuple[str, bool]:
     if not isinstance(raw, str) or not raw.strip():
         shown = type(raw).__name__ if isinstance(raw, str) or raw is None else repr(raw)
-        raise _invalid(
+        raise read.invalid(
             f"option 'url' must be a Redis URL like 'redis://127.0.0.1:6379/0' "
             f"(or 'rediss://' for TLS), got {shown}"
         )
@@ -199,18 +161,20 @@ def _url(raw: object, tls: bool | None) -> tuple[str, bool]:
         _ = parts.port  # a port that is not a number raises ValueError here
     except ValueError as exc:
         reason = scrub(str(exc), _secrets_of(*_url_secrets(url)))
-        raise _invalid(f"option 'url' is not a valid URL ({reason}): {shown!r}") from None
+        raise read.invalid(f"option 'url' is not a valid URL ({reason}): {shown!r}") from None
     scheme = parts.scheme.lower()
     if scheme not in _SCHEMES:
-        raise _invalid(
+        raise read.invalid(
             f"option 'url' must start with redis://, rediss:// (TLS) or unix://, got {shown!r}"
         )
     if tls is None:
         return url, scheme == "rediss"
     if tls and scheme == "unix":
-        raise _invalid("option 'tls' cannot be used with a unix:// socket URL")
+        raise read.invalid("option 'tls' cannot be used with a unix:// socket URL")
     if not tls and scheme == "rediss":
-        raise _invalid("option 'tls' is false but the URL is rediss:// (TLS); drop one of the two")
+        raise read.invalid(
+            "option 'tls' is false but the URL is rediss:// (TLS); drop one of the two"
+        )
     if tls and scheme == "redis":
         url = "rediss" + url[len("redis") :]
     return url, tls
@@ -218,35 +182,36 @@ def _url(raw: object, tls: bool | None) -> tuple[str, bool]:
 
 def parse_options(options: Mapping[str, Any]) -> RedisOptions:
     """Check ``options`` and return them typed; raise ``queue/invalid-config`` naming the fault."""
-    unknown = sorted(str(key) for key in options if key not in _KNOWN)
-    if unknown:
-        raise _invalid(
-            f"unknown option(s) {', '.join(map(repr, unknown))}; "
-            f"the redis backend accepts {', '.join(map(repr, _KNOWN))}"
-        )
-    username = _optional_text(options, "username")
-    password = _optional_text(options, "password")
-    tls = _flag(options, "tls")
-    cluster = _flag(options, "cluster")
-    prefix = _key_prefix(options)
-    reply_poll_us = _reply_poll_us(options)
+    read = OptionReader(options, backend="redis backend", known=_KNOWN)
+    username = read.text("username")
+    password = read.text("password")
+    tls = read.flag("tls", None, words=True)
+    cluster = read.flag("cluster", None, words=True)
+    prefix = _key_prefix(read)
+    reply_poll_us = read.integer(
+        "reply_poll_us",
+        REPLY_POLL_US,
+        low=0,
+        high=_MAX_REPLY_POLL_US,
+        meaning=f"of microseconds from 0 (never poll) to {_MAX_REPLY_POLL_US}",
+    )
 
-    client = options.get("client")
+    client = read.raw("client")
     if client is not None:
         if not (is_async_client(client) or is_sync_client(client)):
-            raise _invalid(
+            raise read.invalid(
                 f"option 'client' must be a redis-py client (redis.Redis, "
                 f"redis.asyncio.Redis or their RedisCluster), got {type(client).__name__}"
             )
         given = [name for name in ("url", "username", "password", "tls") if options.get(name)]
         if given:
-            raise _invalid(
+            raise read.invalid(
                 f"option 'client' cannot be combined with {', '.join(map(repr, given))}: "
                 f"the client you pass is already connected and configured by you"
             )
         is_cluster = is_cluster_client(client)
         if cluster is not None and cluster != is_cluster:
-            raise _invalid(
+            raise read.invalid(
                 f"option 'cluster' is {cluster} but the client given is "
                 f"{'a' if is_cluster else 'not a'} cluster client; drop 'cluster'"
             )
@@ -263,13 +228,13 @@ def parse_options(options: Mapping[str, Any]) -> RedisOptions:
         )
 
     if options.get("url") is None:
-        raise _invalid(
+        raise read.invalid(
             "option 'url' is required, e.g. {'protocol': 'redis', 'url': "
             "'redis://127.0.0.1:6379/0'} (or pass a redis-py client as 'client')"
         )
-    url, tls = _url(options["url"], tls)
+    url, tls = _url(read, options["url"], tls)
     if cluster and urlsplit(url).scheme.lower() == "unix":
-        raise _invalid("a Redis Cluster cannot be reached through a unix:// socket URL")
+        raise read.invalid("a Redis Cluster cannot be reached through a unix:// socket URL")
     return RedisOptions(
         url=url,
         shown_url=redact_url(url),
