@@ -159,7 +159,7 @@ class SqsBackend(Backend):
 
     # -- lifecycle -------------------------------------------------------------------------
     async def open(self) -> None:
-        if self._connection.transport is not None:
+        if self._connection.is_open:
             return
         config = self._config
         where = self._connection.where
@@ -181,8 +181,8 @@ class SqsBackend(Backend):
                     tries,
                     tries,
                 )
-        self._connection.transport = SqsTransport(
-            client, limit=config.max_in_flight_requests, where=where
+        self._connection.opened(
+            SqsTransport(client, limit=config.max_in_flight_requests, where=where)
         )
         self._inbox.open()
         try:
@@ -225,7 +225,7 @@ class SqsBackend(Backend):
     async def close(self) -> None:
         await self._inbox.close()
         self._receiver.close()
-        self._connection.transport = None
+        self._connection.closed()
         self._router.clear()
         owned, self._owned_client = self._owned_client, None
         if owned is not None and not self._inbox.close_client_later(owned):

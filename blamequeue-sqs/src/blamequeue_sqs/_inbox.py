@@ -104,7 +104,7 @@ class Inbox:
             self._closed = True
             leftovers = [item for stash in self._stash.values() for item in stash]
             self._stash.clear()
-        transport = self._connection.transport
+        transport = self._connection.handle
         if transport is not None and leftovers:
             await transport.run(functools.partial(self._show_again_sync, transport, leftovers))
 

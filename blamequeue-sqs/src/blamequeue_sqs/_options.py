@@ -8,14 +8,13 @@ and debug log that names the URL, so it is refused here.  Every message shows a 
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Mapping
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, cast
 
 import attrs
 
-from blamequeue.errors import ConfigError
+from blamequeue.abc import OptionReader
 
 __all__ = [
     "DEFAULT_MAX_IN_FLIGHT",
@@ -98,19 +97,15 @@ def redacted(text: str) -> str:
     return _SECRET_PARAMETER.sub(r"\1***", _USER_INFO.sub("***@", text))
 
 
-def _invalid(message: str) -> ConfigError:
-    return ConfigError("queue/invalid-config", f"sqs backend: {message}")
-
-
-def _url(option: str, value: object) -> str:
+def _url(read: OptionReader, option: str, value: object) -> str:
     if not isinstance(value, str) or not value.startswith(("https://", "http://")):
         shown = redacted(repr(value)) if isinstance(value, str) else type(value).__name__
-        raise _invalid(
+        raise read.invalid(
             f"option {option!r} must be an SQS queue URL like "
             f"'https://sqs.eu-west-1.amazonaws.com/123456789012/jobs', got {shown:.80}"
         )
     if "@" in value.split("://", 1)[1].split("/", 1)[0].split("?", 1)[0]:
-        raise _invalid(
+        raise read.invalid(
             f"option {option!r} holds a user or password ({redacted(value):.80}); remove it: "
             f"boto3 does not use it (SQS requests are signed with the AWS credentials of the "
             f"boto3 chain: AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, a profile or a role)"
@@ -118,43 +113,15 @@ def _url(option: str, value: object) -> str:
     return value
 
 
-def _optional_text(options: Mapping[str, Any], option: str) -> str | None:
-    value = options.get(option)
-    if value is None:
-        return None
-    if not isinstance(value, str) or not value.strip():
-        raise _invalid(f"option {option!r} must be a non-empty string, got {value!r:.80}")
-    return value.strip()
-
-
-def _int(options: Mapping[str, Any], option: str, default: int, low: int, high: int) -> int:
-    value = options.get(option, default)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise _invalid(f"option {option!r} must be an integer, got {value!r:.40}")
-    if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
-        raise _invalid(f"option {option!r} must be a whole number, got {value!r}")
-    if not low <= value <= high:
-        raise _invalid(f"option {option!r} must be between {low} and {high}, got {value!r}")
-    return int(value)
-
-
 def parse_options(options: Mapping[str, Any]) -> SqsOptions:
     """Check ``options`` and return them typed; raise ``queue/invalid-config`` naming the fault."""
-    unknown = sorted(str(key) for key in options if key not in _KNOWN)
-    if unknown:
-        raise _invalid(
-            f"unknown option(s) {', '.join(map(repr, unknown))}; "
-            f"the sqs backend accepts {', '.join(map(repr, _KNOWN))}"
-        )
-
+    read = OptionReader(options, backend="sqs backend", known=_KNOWN)
     queue_url = options.get("queue_url")
     if queue_url is not None:
-        queue_url = _url("queue_url", queue_url)
+        queue_url = _url(read, "queue_url", queue_url)
         rest = queue_url.replace(QUEUE_PLACEHOLDER, "", 1)
         if "{" in rest or "}" in rest:
-            raise _invalid(
+            raise read.invalid(
                 f"option 'queue_url' may hold '{QUEUE_PLACEHOLDER}' once (one SQS queue per "
                 f"queue name) and no other braces, got {redacted(repr(queue_url))}"
             )
@@ -162,21 +129,21 @@ def parse_options(options: Mapping[str, Any]) -> SqsOptions:
     queue_urls: dict[str, str] = {}
     if raw_urls is not None:
         if not isinstance(raw_urls, Mapping):
-            raise _invalid(
+            raise read.invalid(
                 f"option 'queue_urls' must map queue names to SQS queue URLs, got "
                 f"{type(raw_urls).__name__}"
             )
         for name, url in raw_urls.items():
             if not isinstance(name, str) or not name:
-                raise _invalid(f"option 'queue_urls' has a key {name!r}; keys are queue names")
+                raise read.invalid(f"option 'queue_urls' has a key {name!r}; keys are queue names")
             if QUEUE_PLACEHOLDER in str(url):
-                raise _invalid(
+                raise read.invalid(
                     f"option 'queue_urls[{name!r}]' is a template; only 'queue_url' may hold "
                     f"'{QUEUE_PLACEHOLDER}'"
                 )
-            queue_urls[name] = _url(f"queue_urls[{name!r}]", url)
+            queue_urls[name] = _url(read, f"queue_urls[{name!r}]", url)
     if queue_url is None and not queue_urls:
-        raise _invalid(
+        raise read.invalid(
             "needs 'queue_url' (the SQS queue URL, e.g. from `aws sqs get-queue-url "
             "--queue-name jobs`) or 'queue_urls' (a mapping of queue name to URL); from the "
             "environment: BLAMEQUEUE_SQS_QUEUE_URL"
@@ -184,56 +151,45 @@ def parse_options(options: Mapping[str, Any]) -> SqsOptions:
 
     dlq_url = options.get("dlq_url")
     if dlq_url is not None:
-        dlq_url = _url("dlq_url", dlq_url)
+        dlq_url = _url(read, "dlq_url", dlq_url)
         if queue_url is None or QUEUE_PLACEHOLDER in queue_url:
-            raise _invalid(
+            raise read.invalid(
                 "option 'dlq_url' is the dead-letter queue of 'queue_url', which must then be "
                 "one plain URL; other queues find theirs in their RedrivePolicy"
             )
 
-    region = _optional_text(options, "region")
+    region = read.text("region")
     endpoint_url = options.get("endpoint_url")
     if endpoint_url is not None:
-        endpoint_url = _url("endpoint_url", endpoint_url) if endpoint_url else None
+        endpoint_url = _url(read, "endpoint_url", endpoint_url) if endpoint_url else None
 
     client = options.get("client")
     if client is not None:
         missing = [name for name in CLIENT_METHODS if not callable(getattr(client, name, None))]
         if missing:
-            raise _invalid(
+            raise read.invalid(
                 f"option 'client' must be a boto3 SQS client (boto3.client('sqs')); the object "
                 f"given has no {', '.join(missing)}"
             )
-        for option in ("region", "endpoint_url"):
-            if options.get(option) is not None:
-                raise _invalid(
-                    f"option {option!r} cannot be combined with 'client': configure the "
-                    f"client you pass instead"
-                )
+        read.refuse_with("client", ("region", "endpoint_url"), "configure the client you pass")
 
-    create_queues = options.get("create_queues", False)
-    if not isinstance(create_queues, bool):
-        raise _invalid(f"option 'create_queues' must be True or False, got {create_queues!r}")
-    message_group = options.get("message_group", "queue")
-    if message_group not in ("queue", "job"):
-        raise _invalid(
-            f"option 'message_group' must be 'queue' (FIFO order per queue name) or 'job' "
-            f"(no order, full parallelism), got {message_group!r}"
-        )
+    groups = {"queue": "FIFO order per queue name", "job": "no order, full parallelism"}
     return SqsOptions(
         queue_url=queue_url,
         queue_urls=queue_urls,
         dlq_url=dlq_url,
-        region=region,
+        region=None if region is None else region.strip(),
         endpoint_url=endpoint_url,
         client=client,
-        max_in_flight_requests=_int(
-            options, "max_in_flight_requests", DEFAULT_MAX_IN_FLIGHT, 1, 1024
+        max_in_flight_requests=read.integer(
+            "max_in_flight_requests", DEFAULT_MAX_IN_FLIGHT, low=1, high=1024
         ),
-        create_queues=create_queues,
-        max_receive_count=_int(
-            options, "max_receive_count", DEFAULT_MAX_RECEIVE_COUNT, 1, _MAX_RECEIVE_COUNT_LIMIT
+        create_queues=bool(read.flag("create_queues", False)),
+        max_receive_count=read.integer(
+            "max_receive_count", DEFAULT_MAX_RECEIVE_COUNT, low=1, high=_MAX_RECEIVE_COUNT_LIMIT
         ),
-        message_group=message_group,
-        dlq_scan_wait=_int(options, "dlq_scan_wait", DEFAULT_DLQ_SCAN_WAIT, 0, MAX_WAIT_SECONDS),
+        message_group=cast(MessageGroup, read.choice("message_group", "queue", groups)),
+        dlq_scan_wait=read.integer(
+            "dlq_scan_wait", DEFAULT_DLQ_SCAN_WAIT, low=0, high=MAX_WAIT_SECONDS
+        ),
     )

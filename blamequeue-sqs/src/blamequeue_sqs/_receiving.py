@@ -280,7 +280,7 @@ class Receiver:
         message from any process; what it receives waits in the stash for the next lease."""
         wait = min(MAX_WAIT_SECONDS, int(timeout)) if timeout >= 1 else 0
         route = None
-        if wait >= 1 and self._connection.transport is not None:
+        if wait >= 1 and self._connection.is_open:
             route = await self._router.route(queue, create=False)
         if route is None:
             await anyio.sleep(max(0.0, timeout))

@@ -24,8 +24,8 @@ from typing import Any, Final
 
 import attrs
 
-from blamequeue.abc import Settlement, StoredJob
-from blamequeue.errors import BackendUnavailableError, BadArgumentError
+from blamequeue.abc import Settlement, StoredJob, check_settlements
+from blamequeue.errors import BackendUnavailableError
 from blamequeue_sqs import _messages as messages
 from blamequeue_sqs._memo import Memo
 from blamequeue_sqs._messages import Decoded, ceil_seconds, dead_entry, fresh_entry
@@ -36,7 +36,6 @@ from blamequeue_sqs._transport import Connection, group_by
 
 __all__ = ["MOVE_VISIBILITY", "Held", "Settler"]
 
-_OUTCOMES: Final = frozenset({"done", "retry", "dead", "release"})
 MOVE_VISIBILITY: Final = 60
 """How long a message stays hidden while the backend moves it (fence, send the copy, delete)."""
 
@@ -104,18 +103,11 @@ class Settler:
         deletes: list[tuple[int, Held]] = []
         changes: list[tuple[int, Held, int]] = []
         moves: list[_Move] = []
-        seen: set[tuple[str, str]] = set()
-        for index, item in enumerate(settlements):
-            if item.outcome not in _OUTCOMES:
-                raise BadArgumentError(
-                    "queue/bad-argument",
-                    f"settlement outcome must be one of {sorted(_OUTCOMES)}, got {item.outcome!r}",
-                )
-            key = (item.job_id, item.token)
-            if key in seen:
+        firsts = check_settlements(settlements)
+        for index, (item, first) in enumerate(zip(settlements, firsts, strict=True)):
+            if not first:
                 results[index] = False  # a repeated settlement is stale: applied once
                 continue
-            seen.add(key)
             held = self._held.get(item.token)
             if held is None or held.job.id != item.job_id:
                 results[index] = self._settled.get(item.token, False) if held is None else False

@@ -12,12 +12,13 @@ kept as its ``__cause__`` (:func:`~blamequeue_sqs._options.redacted`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 import botocore.exceptions
 
-from blamequeue.errors import BackendUnavailableError, BadArgumentError, ConfigError, QueueError
+from blamequeue.abc import ErrorMap, ErrorRule
+from blamequeue.errors import QueueError
 from blamequeue_sqs._options import redacted
 
 __all__ = [
@@ -64,6 +65,9 @@ _MAYBE_SENT: Final = (
     "again may run them twice"
 )
 _NO_QUEUE: Final = frozenset({"NonExistentQueue", "QueueDoesNotExist"})
+_REFUSED_ARGUMENTS: Final = frozenset(
+    {"InvalidParameterValue", "InvalidAttributeValue", "MissingParameter"}
+)
 _DENIED: Final = frozenset({"AccessDenied", "AccessDeniedException", "KmsAccessDenied"})
 _CREDENTIALS: Final = frozenset(
     {
@@ -121,105 +125,118 @@ def _status(exc: BaseException) -> int:
     return 0
 
 
-def _redact_chain(exc: BaseException) -> None:
-    """Redact URL credentials in the arguments of ``exc`` and the exceptions it came from."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        args = tuple(redacted(a) if isinstance(a, str) else a for a in current.args)
-        if args != current.args:
-            current.args = args
-        current = current.__cause__ or current.__context__
+def _client_error(test: Callable[[str, int], bool]) -> Callable[[BaseException], bool]:
+    """A test for botocore ``ClientError`` exceptions by their SQS error code and HTTP
+    status."""
+
+    def matches(exc: BaseException) -> bool:
+        return isinstance(exc, botocore.exceptions.ClientError) and test(
+            error_code(exc), _status(exc)
+        )
+
+    return matches
+
+
+def _text(exc: BaseException) -> str:
+    if isinstance(exc, botocore.exceptions.ClientError):
+        return error_message(exc)
+    return str(exc)
+
+
+_ERRORS: Final = ErrorMap(
+    ErrorRule(
+        when=_client_error(lambda code, status: code in _THROTTLED or status >= 500),
+        retryable=True,
+        message=f"{{where}}: SQS {{action}} failed temporarily ({{code_or_status}}: {{text}}); "
+        f"{_TEMPORARY}",
+    ),
+    ErrorRule(
+        when=_client_error(lambda code, _: code in _NO_QUEUE),
+        message="{where}: SQS says the queue does not exist ({code}); check the queue URL "
+        "(`aws sqs get-queue-url --queue-name NAME`), the region, and that the queue was not "
+        "deleted (or set create_queues=True to let the backend create it)",
+    ),
+    ErrorRule(
+        when=_client_error(lambda code, _: code in _DENIED),
+        message="{where}: access denied to SQS {action} ({code}: {text}); grant the IAM action "
+        "sqs:{action} on the queue (and kms:GenerateDataKey / kms:Decrypt for a queue "
+        "encrypted with a customer key); see docs/backends/sqs.md for the full list",
+    ),
+    ErrorRule(
+        when=_client_error(lambda code, _: code in _CREDENTIALS),
+        message="{where}: SQS refused the credentials ({code}: {text}); check "
+        "AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN or the profile, and "
+        "that they belong to the account and region of the queue",
+    ),
+    ErrorRule(
+        when=_client_error(lambda code, _: code == "PurgeQueueInProgress"),
+        message="{where}: SQS allows one PurgeQueue per queue every 60 seconds; try again in "
+        "a minute",
+    ),
+    ErrorRule(
+        when=_client_error(lambda code, _: code in _REFUSED_ARGUMENTS),
+        code="queue/bad-argument",
+        message="{where}: SQS refused {action}: {code}: {text}",
+    ),
+    ErrorRule(
+        when=botocore.exceptions.ClientError,
+        message="{where}: SQS {action} failed ({code_or_status}: {text})",
+    ),
+    ErrorRule(
+        when=botocore.exceptions.NoRegionError,
+        code="queue/invalid-config",
+        message="{where}: no AWS region: set the backend option 'region' (or "
+        "BLAMEQUEUE_SQS_REGION, or AWS_DEFAULT_REGION)",
+    ),
+    ErrorRule(
+        when=(
+            botocore.exceptions.NoCredentialsError,
+            botocore.exceptions.PartialCredentialsError,
+            botocore.exceptions.CredentialRetrievalError,
+        ),
+        code="queue/invalid-config",
+        message="{where}: no usable AWS credentials ({text}); set them the boto3 way "
+        "(environment variables, ~/.aws/credentials, an instance or task role)",
+    ),
+    ErrorRule(
+        when=botocore.exceptions.ParamValidationError,
+        code="queue/bad-argument",
+        message="{where}: SQS {action}: {text}",
+    ),
+    ErrorRule(
+        when=_ANSWER_LOST,
+        retryable=True,
+        message=f"{{where}}: SQS {{action}} got no answer ({{kind}}: {{text}}); SQS may have "
+        f"applied the request before the answer was lost{{maybe_sent}}; {_TEMPORARY}",
+    ),
+    ErrorRule(
+        when=(
+            botocore.exceptions.ConnectionError,
+            botocore.exceptions.HTTPClientError,
+            OSError,
+            TimeoutError,
+        ),
+        retryable=True,
+        message=f"{{where}}: could not reach SQS for {{action}} ({{kind}}: {{text}}); {_TEMPORARY}",
+    ),
+    otherwise=ErrorRule(when=Exception, message="{where}: SQS {action} raised {kind}: {text}"),
+    text=_text,
+    redact=redacted,
+)
 
 
 def map_error(exc: Exception, *, where: str, action: str) -> QueueError:
     """The :class:`QueueError` to raise (``from exc``) for ``exc`` raised by SQS ``action``
-    (an API name such as ``ReceiveMessage``); ``where`` names the backend and queue."""
-    if isinstance(exc, QueueError):
-        return exc
-    _redact_chain(exc)  # every ``{exc}`` below reads the redacted arguments
-    if isinstance(exc, botocore.exceptions.ClientError):
-        code = error_code(exc)
-        text = redacted(error_message(exc))
-        if code in _THROTTLED or _status(exc) >= 500:
-            return BackendUnavailableError(
-                f"{where}: SQS {action} failed temporarily ({code or _status(exc)}: {text}); "
-                f"{_TEMPORARY}"
-            )
-        if code in _NO_QUEUE:
-            return BackendUnavailableError(
-                f"{where}: SQS says the queue does not exist ({code}); check the queue URL "
-                f"(`aws sqs get-queue-url --queue-name NAME`), the region, and that the queue "
-                f"was not deleted (or set create_queues=True to let the backend create it)",
-                retryable=False,
-            )
-        if code in _DENIED:
-            return BackendUnavailableError(
-                f"{where}: access denied to SQS {action} ({code}: {text}); grant the IAM "
-                f"action sqs:{action} on the queue (and kms:GenerateDataKey / kms:Decrypt for a "
-                f"queue encrypted with a customer key); see docs/backends/sqs.md for the full "
-                f"list",
-                retryable=False,
-            )
-        if code in _CREDENTIALS:
-            return BackendUnavailableError(
-                f"{where}: SQS refused the credentials ({code}: {text}); check "
-                f"AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN or the profile, "
-                f"and that they belong to the account and region of the queue",
-                retryable=False,
-            )
-        if code == "PurgeQueueInProgress":
-            return BackendUnavailableError(
-                f"{where}: SQS allows one PurgeQueue per queue every 60 seconds; try again in "
-                f"a minute",
-                retryable=False,
-            )
-        if code in ("InvalidParameterValue", "InvalidAttributeValue", "MissingParameter"):
-            return BadArgumentError(
-                "queue/bad-argument", f"{where}: SQS refused {action}: {code}: {text}"
-            )
-        return BackendUnavailableError(
-            f"{where}: SQS {action} failed ({code or _status(exc)}: {text})", retryable=False
-        )
-    if isinstance(exc, botocore.exceptions.NoRegionError):
-        return ConfigError(
-            "queue/invalid-config",
-            f"{where}: no AWS region: set the backend option 'region' (or "
-            f"BLAMEQUEUE_SQS_REGION, or AWS_DEFAULT_REGION)",
-        )
-    if isinstance(
+    (an API name such as ``ReceiveMessage``); ``where`` names the backend and queue.  A
+    credential in a URL the error names is redacted, in the exception too."""
+    code, status = error_code(exc), _status(exc)
+    return _ERRORS.map(
         exc,
-        botocore.exceptions.NoCredentialsError
-        | botocore.exceptions.PartialCredentialsError
-        | botocore.exceptions.CredentialRetrievalError,
-    ):
-        return ConfigError(
-            "queue/invalid-config",
-            f"{where}: no usable AWS credentials ({exc}); set them the boto3 way (environment "
-            f"variables, ~/.aws/credentials, an instance or task role)",
-        )
-    if isinstance(exc, botocore.exceptions.ParamValidationError):
-        return BadArgumentError("queue/bad-argument", f"{where}: SQS {action}: {exc}")
-    if isinstance(
-        exc,
-        botocore.exceptions.ConnectionError
-        | botocore.exceptions.HTTPClientError
-        | OSError
-        | TimeoutError,
-    ):
-        if isinstance(exc, _ANSWER_LOST):
-            return BackendUnavailableError(
-                f"{where}: SQS {action} got no answer ({type(exc).__name__}: {exc}); SQS may "
-                f"have applied the request before the answer was lost"
-                + (_MAYBE_SENT if action in _SENDS else "")
-                + f"; {_TEMPORARY}"
-            )
-        return BackendUnavailableError(
-            f"{where}: could not reach SQS for {action} ({type(exc).__name__}: {exc}); {_TEMPORARY}"
-        )
-    return BackendUnavailableError(
-        f"{where}: SQS {action} raised {type(exc).__name__}: {exc}", retryable=False
+        where=where,
+        action=action,
+        code=code,
+        code_or_status=code or status,
+        maybe_sent=_MAYBE_SENT if action in _SENDS else "",
     )
 
 

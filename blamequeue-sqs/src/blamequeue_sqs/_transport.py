@@ -15,9 +15,9 @@ from typing import Any, Final, TypeVar
 
 import anyio
 import anyio.to_thread
-import attrs
 
-from blamequeue.errors import BackendUnavailableError, QueueError
+from blamequeue.abc import StoreGuard
+from blamequeue.errors import BackendUnavailableError
 from blamequeue_sqs._messages import DEFAULT_MAX_MESSAGE_BYTES, MAX_BATCH_ENTRIES, chunk_entries
 from blamequeue_sqs._sqs_errors import entry_failure, map_error
 
@@ -206,25 +206,12 @@ class SqsTransport:
         return set(moved)
 
 
-@attrs.define(eq=False)
-class Connection:
-    """The backend's transport while it is open (``None`` before :meth:`open` and after
-    ``close``): every part of the backend reaches SQS through the one connection it shares."""
-
-    where: str
-    """How messages name the backend: ``sqs backend 'name'``."""
-    transport: SqsTransport | None = None
-
-    def require(self) -> SqsTransport:
-        """The transport; ``queue/not-initialized`` when the backend is not open."""
-        transport = self.transport
-        if transport is None:
-            raise QueueError(
-                "queue/not-initialized",
-                f"{self.where} is not open: use 'async with queue:' or await queue.start() "
-                f"before calling it",
-            )
-        return transport
+Connection = StoreGuard[SqsTransport]
+"""The backend's transport while it is open (``handle``, ``None`` before ``open`` and after
+``close``; ``require()`` refuses then): every part of the backend reaches SQS through the one
+connection it shares.  ``where`` is how messages name the backend: ``sqs backend 'name'``.
+The transport maps SQS errors itself (:func:`~blamequeue_sqs._sqs_errors.map_error`, which
+needs the action), so the connection has no ``map_error``."""
 
 
 class CountingClient:
