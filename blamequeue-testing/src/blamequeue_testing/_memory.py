@@ -48,6 +48,7 @@ from blamequeue.abc import (
     Lease,
     LeaseLimits,
     NewJob,
+    OptionReader,
     QueueStats,
     Record,
     Settlement,
@@ -55,12 +56,13 @@ from blamequeue.abc import (
     StoredJobPage,
     SweepResult,
     WorkerRecord,
+    check_settlements,
+    outcome_rule,
 )
-from blamequeue.errors import BadArgumentError, ConfigError
+from blamequeue.errors import BadArgumentError
 
 __all__ = ["MemoryBackend"]
 
-_OPTIONS = frozenset({"namespace"})
 _LIVE: tuple[JobState, ...] = ("pending", "inflight", "parked")
 
 
@@ -232,6 +234,10 @@ class _Store:
         self.watches: dict[str, set[_MemoryWatch]] = {}  # open watch_job()s, by job id
         self.records: dict[str, dict[str, _Record]] = {}  # shared records, by kind then key
 
+    def new_record(self, kind: str, key: str) -> _Record:
+        record = self.records.setdefault(kind, {})[key] = _Record()
+        return record
+
     def live_record(self, kind: str, key: str, now: float) -> _Record | None:
         record = self.records.get(kind, {}).get(key)
         if record is not None and record.expires_at is not None and record.expires_at <= now:
@@ -282,6 +288,14 @@ class _Store:
                 self.dependants.setdefault(dep, []).append(row)
         elif row.state == "pending":
             self.pend(row)
+
+    def delete_in(self, queue: str, states: tuple[JobState, ...]) -> list[_Row]:
+        """Delete the jobs of ``queue`` in ``states``; returns them."""
+        index = self.queues.get(queue)
+        doomed = [] if index is None else [r for r in index.rows.values() if r.state in states]
+        for row in doomed:
+            self.delete(row)
+        return doomed
 
     def delete(self, row: _Row) -> None:
         index = self.queues[row.queue]
@@ -418,24 +432,13 @@ class MemoryBackend(Backend):
 
     def __init__(self, options: Mapping[str, Any], context: BackendContext) -> None:
         super().__init__(options, context)
-        unknown = sorted(set(self.options) - _OPTIONS, key=repr)
-        if unknown:
-            raise ConfigError(
-                "queue/invalid-config",
-                f"backend {context.name!r} (protocol 'memory') does not take the option(s) "
-                f"{', '.join(map(repr, unknown))}; it takes only 'namespace' (optional string)",
-            )
-        namespace = self.options.get("namespace")
-        if namespace is None:
-            self._store = _Store()
-        elif isinstance(namespace, str) and namespace:
-            self._store = _shared_store(namespace)
-        else:
-            raise ConfigError(
-                "queue/invalid-config",
-                f"backend {context.name!r}: option 'namespace' must be a non-empty string, "
-                f"got {namespace!r}",
-            )
+        read = OptionReader(
+            self.options,
+            backend=f"backend {context.name!r} (protocol 'memory')",
+            known=("namespace",),
+        )
+        namespace = read.text("namespace")
+        self._store = _Store() if namespace is None else _shared_store(namespace)
         self.namespace: str | None = namespace
 
     @staticmethod
@@ -563,6 +566,7 @@ class MemoryBackend(Backend):
 
     async def settle(self, settlements: Sequence[Settlement], *, now: float) -> list[bool]:
         await anyio.lowlevel.checkpoint()
+        check_settlements(settlements)  # an unknown outcome refuses the batch: nothing changes
         store = self._store
         applied: list[bool] = []
         with store.lock:
@@ -573,38 +577,32 @@ class MemoryBackend(Backend):
                     applied.append(False)
                     continue
                 row.token = None
-                outcome = item.outcome
-                if outcome == "done":
-                    waiting = store.dependants.pop(row.id, None)
+                rule = outcome_rule(item.outcome)
+                if rule.gives_back_attempt:
+                    row.attempts = max(0, row.attempts - 1)
+                if rule.sets_error or item.error is not None:
+                    row.last_error = item.error
+                if rule.finishes:
                     row.finished_at = item.at
+                else:
+                    row.available_at = item.at
+                if item.outcome == "done":
+                    waiting = store.dependants.pop(row.id, None)
                     row.result = item.result
                     if item.keep:
-                        store.move(row, "done")
+                        store.move(row, rule.state)
                         heapq.heappush(store.retained, (item.at, row.seq, row.version, row))
                     else:
                         store.delete(row)
                     if waiting:
                         pended |= store.release(waiting, item.at)
-                elif outcome == "dead":
-                    row.finished_at = item.at
-                    row.last_error = item.error
+                elif rule.state == "dead":
                     row.dead_order = next(store.seq)
-                    store.move(row, "dead")
-                elif outcome in ("retry", "release"):
-                    if outcome == "release":
-                        row.attempts = max(0, row.attempts - 1)
-                        if item.error is not None:
-                            row.last_error = item.error
-                    else:
-                        row.last_error = item.error
-                    row.available_at = item.at
-                    store.move(row, "pending")
+                    store.move(row, rule.state)
+                else:
+                    store.move(row, rule.state)
                     store.pend(row)
                     pended.add(row.queue)
-                else:
-                    raise BadArgumentError(
-                        "queue/bad-argument", f"unknown settlement outcome {outcome!r}"
-                    )
                 applied.append(True)
             for queue in pended:
                 store.notify(queue)
@@ -727,19 +725,12 @@ class MemoryBackend(Backend):
         await anyio.lowlevel.checkpoint()
         store = self._store
         with store.lock:
+            deleted = store.delete_in(queue, (*_LIVE, "done", "cancelled"))
             index = store.queues.get(queue)
-            if index is None:
-                return 0
-            deleted = 0
-            for row in list(index.rows.values()):
-                if row.state in _LIVE:
-                    deleted += 1
-                    store.delete(row)
-                elif row.state in ("done", "cancelled"):
-                    store.delete(row)
-            index.ready.clear()
-            index.delayed.clear()
-            return deleted
+            if index is not None:
+                index.ready.clear()
+                index.delayed.clear()
+            return sum(1 for row in deleted if row.state in _LIVE)
 
     async def dlq_list(self, queue: str, *, limit: int | None) -> list[StoredJob]:
         await anyio.lowlevel.checkpoint()
@@ -780,13 +771,7 @@ class MemoryBackend(Backend):
         await anyio.lowlevel.checkpoint()
         store = self._store
         with store.lock:
-            index = store.queues.get(queue)
-            if index is None:
-                return 0
-            dead = [row for row in index.rows.values() if row.state == "dead"]
-            for row in dead:
-                store.delete(row)
-            return len(dead)
+            return len(store.delete_in(queue, ("dead",)))
 
     async def cancel(self, job_id: str, *, now: float) -> CancelOutcome | None:
         await anyio.lowlevel.checkpoint()
@@ -872,10 +857,10 @@ class MemoryBackend(Backend):
         store = self._store
         with store.lock:
             record = store.live_record(kind, key, now)
-            if record is None:
-                record = store.records.setdefault(kind, {})[key] = _Record()
-            elif if_absent:
+            if record is not None and if_absent:
                 return False
+            if record is None:
+                record = store.new_record(kind, key)
             record.value = bytes(value)
             record.expires_at = expires_at
             return True
@@ -926,9 +911,7 @@ class MemoryBackend(Backend):
         await anyio.lowlevel.checkpoint()
         store = self._store
         with store.lock:
-            record = store.live_record(kind, key, now)
-            if record is None:
-                record = store.records.setdefault(kind, {})[key] = _Record()
+            record = store.live_record(kind, key, now) or store.new_record(kind, key)
             if once is not None:
                 if once in record.tokens:
                     return record.snapshot(kind, key), False

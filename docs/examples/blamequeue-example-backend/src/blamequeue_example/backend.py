@@ -38,11 +38,14 @@ from blamequeue.abc import (
     Capabilities,
     Lease,
     NewJob,
+    OptionReader,
     Settlement,
     StoredJob,
     SweepResult,
+    check_settlements,
+    outcome_rule,
 )
-from blamequeue.errors import BackendUnavailableError, BadArgumentError, ConfigError
+from blamequeue.errors import BackendUnavailableError, BadArgumentError
 
 __all__ = ["JsonFileBackend"]
 
@@ -54,7 +57,6 @@ T = TypeVar("T")
 State = dict[str, Any]
 Row = dict[str, Any]
 
-_OPTIONS = frozenset({"path", "fsync"})
 _LIVE = frozenset({"pending", "inflight", "parked"})
 _WAKE_POLL = 0.05  # seconds between looks at the file while a consumer idles
 
@@ -153,6 +155,7 @@ def _release_dependants(state: State, done_id: str, at: float) -> None:
 
 
 def _settle(state: State, settlements: Sequence[Settlement]) -> list[bool]:
+    check_settlements(settlements)  # an unknown outcome refuses the batch before any change
     applied = []
     for item in settlements:
         row = _owned(state, item.job_id, item.token)
@@ -160,25 +163,20 @@ def _settle(state: State, settlements: Sequence[Settlement]) -> list[bool]:
             applied.append(False)  # stale: the lease was lost; nothing changes
             continue
         row["token"] = row["expires_at"] = None
+        rule = outcome_rule(item.outcome)  # what the outcome does (SETTLEMENT_OUTCOMES)
+        row["state"] = rule.state
+        row["finished_at" if rule.finishes else "available_at"] = item.at
+        if rule.gives_back_attempt:  # release: a worker shut down mid-attempt
+            row["attempts"] = max(0, row["attempts"] - 1)
+        if rule.sets_error or item.error is not None:
+            row["last_error"] = item.error
         if item.outcome == "done":
-            row["finished_at"] = item.at
-            if item.keep:
-                row["state"] = "done"
-            else:
+            if not item.keep:
                 del state["jobs"][item.job_id]
             _release_dependants(state, item.job_id, item.at)
-        elif item.outcome == "dead":
-            row.update(state="dead", finished_at=item.at, last_error=item.error)
-            row["dead_seq"] = state["next_seq"]
+        elif rule.state == "dead":
+            row["dead_seq"] = state["next_seq"]  # the tie-breaker of dlq_list
             state["next_seq"] += 1
-        elif item.outcome == "retry":
-            row.update(state="pending", available_at=item.at, last_error=item.error)
-        elif item.outcome == "release":  # a worker shut down mid-attempt: give it back
-            row.update(state="pending", available_at=item.at, attempts=max(0, row["attempts"] - 1))
-            if item.error is not None:
-                row["last_error"] = item.error
-        else:
-            raise BadArgumentError("queue/bad-argument", f"unknown outcome {item.outcome!r}")
         applied.append(True)
     return applied
 # --8<-- [end:settle]
@@ -271,28 +269,15 @@ class JsonFileBackend(Backend):
     # --8<-- [start:construct]
     def __init__(self, options: Mapping[str, Any], context: BackendContext) -> None:
         super().__init__(options, context)
-        # Validate everything, touch nothing: construction does no I/O.
-        unknown = sorted(set(self.options) - _OPTIONS)
-        if unknown:
-            raise ConfigError(
-                "queue/invalid-config",
-                f"backend {context.name!r} (protocol 'jsonfile') does not take the option(s) "
-                f"{', '.join(map(repr, unknown))}; it takes 'path' and 'fsync'",
-            )
-        path = self.options.get("path", "blamequeue-jobs.json")
-        if not isinstance(path, str | os.PathLike) or not str(path):
-            raise ConfigError(
-                "queue/invalid-config",
-                f"backend {context.name!r}: option 'path' must be a file path, got {path!r}",
-            )
-        fsync = self.options.get("fsync", True)
-        if not isinstance(fsync, bool):
-            raise ConfigError(
-                "queue/invalid-config",
-                f"backend {context.name!r}: option 'fsync' must be true or false, got {fsync!r}",
-            )
-        self._path = Path(path).absolute()
-        self._fsync = fsync
+        # Validate everything, touch nothing: construction does no I/O.  The reader refuses
+        # unknown keys and bad values with queue/invalid-config, naming the option.
+        read = OptionReader(
+            self.options,
+            backend=f"backend {context.name!r} (protocol 'jsonfile')",
+            known=("path", "fsync"),
+        )
+        self._path = Path(read.path("path", "blamequeue-jobs.json")).absolute()
+        self._fsync = bool(read.flag("fsync", True))
         self._limiter: anyio.CapacityLimiter | None = None
     # --8<-- [end:construct]
 
