@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from local_helpers import EXPIRED, T0, leased_ids, make_backend, new_job, row_of
 
-from blamequeue.abc import Settlement
+from blamequeue.abc import NewJob, Settlement
 from blamequeue.errors import BadArgumentError, QueueError
 from blamequeue_local import LocalBackend
 from blamequeue_local import _plugin as local_plugin
@@ -141,6 +141,44 @@ async def test_a_batch_of_any_size_is_stored_whole_and_in_order(
     await backend.enqueue([new_job(id=job_id) for job_id in ids])
     assert await backend.size("q") == count
     assert await leased_ids(backend, limit=count + 1) == ids
+
+
+@pytest.mark.parametrize("count", [2, 2049])
+async def test_both_enqueue_paths_store_every_field(backend: LocalBackend, count: int) -> None:
+    # Up to 2048 jobs are bound as parameters, more travel as one JSON array: same rows.
+    flow = NewJob(
+        id=f"child-{count}",
+        queue="q",
+        payload='{"n": 2}',
+        priority=3,
+        max_attempts=4,
+        created_at=T0,
+        available_at=T0 + 5,
+        classification="secret",
+        trace_id="trace-2",
+        meta="m",
+        flow_id="flow-1",
+        depends_on=("parent-a", "parent-b"),
+        parked=True,
+        group_key="tenant-7",
+    )
+    await backend.enqueue([*(new_job() for _ in range(count - 1)), flow])
+    stored = await backend.get_job(flow.id)
+    assert stored is not None
+    assert (stored.state, stored.payload, stored.priority, stored.max_attempts) == (
+        "parked",
+        '{"n": 2}',
+        3,
+        4,
+    )
+    assert (stored.created_at, stored.available_at) == (T0, T0 + 5)
+    assert (stored.classification, stored.trace_id, stored.meta) == ("secret", "trace-2", "m")
+    assert (stored.flow_id, stored.depends_on, stored.group_key) == (
+        "flow-1",
+        ("parent-a", "parent-b"),
+        "tenant-7",
+    )
+    assert (stored.attempts, stored.last_error, stored.finished_at) == (0, None, None)
 
 
 async def test_a_huge_batch_with_nul_text_is_refused_whole(backend: LocalBackend) -> None:

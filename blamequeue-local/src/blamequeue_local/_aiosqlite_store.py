@@ -14,7 +14,7 @@ from typing import Any
 import anyio
 
 from blamequeue.errors import ConfigError
-from blamequeue_local._store import Fetch, Row
+from blamequeue_local._store import Fetch, StatementStore
 
 __all__ = ["AiosqliteStore", "is_aiosqlite_connection"]
 
@@ -39,7 +39,7 @@ def _require_asyncio() -> None:
         ) from None
 
 
-class AiosqliteStore:
+class AiosqliteStore(StatementStore):
     """A :class:`~blamequeue_local.Store` over an ``aiosqlite.Connection`` (asyncio only).
 
     Statements join a transaction already open on the connection (transactional enqueue);
@@ -72,15 +72,3 @@ class AiosqliteStore:
             with anyio.CancelScope(shield=True):
                 await connection.commit()
         return result
-
-    async def execute(self, sql: str, params: Sequence[Any]) -> int:
-        count: int = await self._run(sql, params, "count")
-        return count
-
-    async def execute_one(self, sql: str, params: Sequence[Any]) -> Row | None:
-        row: Row | None = await self._run(sql, params, "one")
-        return row
-
-    async def execute_all(self, sql: str, params: Sequence[Any]) -> list[Row]:
-        rows: list[Row] = await self._run(sql, params, "all")
-        return rows

@@ -326,27 +326,7 @@ class LocalBackend(Backend):
             params += _PADDING * (bucket - count)
             await self._execute(self._sql.enqueue_values(bucket), params)
             return
-        encoded = _dumps(
-            [
-                [
-                    job.id,
-                    job.queue,
-                    job.payload,
-                    job.priority,
-                    job.max_attempts,
-                    job.created_at,
-                    job.available_at,
-                    job.classification,
-                    job.trace_id,
-                    job.meta,
-                    job.flow_id,
-                    1 if job.parked else 0,
-                    _depends_on(job),
-                    job.group_key,
-                ]
-                for job in jobs
-            ]
-        )
+        encoded = _dumps([_bound_values(job) for job in jobs])
         if _JSON_NUL in encoded:
             raise BadArgumentError(
                 "queue/bad-argument",

@@ -207,17 +207,14 @@ class Statements:
         # columns are added after the CREATE TABLE and before everything else.
         self.table_info = f'PRAGMA {prefix}table_info("{table}")'
 
-        # For batches beyond ENQUEUE_VALUES_MAX jobs: one JSON array per job: [id, queue,
-        # payload, priority, max_attempts, created_at, available_at, classification, trace_id,
-        # meta, flow_id, parked, depends_on (JSON text or null), group_key].  ORDER BY key keeps the
-        # batch order, which becomes seq order.
+        # For batches beyond ENQUEUE_VALUES_MAX jobs: one JSON array per job, of the values of
+        # ENQUEUE_COLUMNS in order (what enqueue_values binds for it; depends_on is JSON text or
+        # null).  ORDER BY key keeps the batch order, which becomes seq order.
         self.enqueue = f"""
             INSERT INTO {t} ({ENQUEUE_COLUMNS})
-            SELECT value ->> 0, value ->> 1,
-                   CASE WHEN value ->> 11 THEN 'parked' ELSE 'pending' END,
-                   value ->> 2, value ->> 3, value ->> 4, value ->> 5, value ->> 6,
-                   value ->> 7, value ->> 8, value ->> 9, value ->> 10, value ->> 12,
-                   value ->> 13
+            SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3, value ->> 4, value ->> 5,
+                   value ->> 6, value ->> 7, value ->> 8, value ->> 9, value ->> 10, value ->> 11,
+                   value ->> 12, value ->> 13
             FROM json_each(?1) ORDER BY key"""
 
         self.limits_schema = (

@@ -9,6 +9,7 @@ hand it any object that satisfies :class:`Store` instead (option ``store``), or 
 
 from __future__ import annotations
 
+import abc
 import os
 import sqlite3
 from collections.abc import Sequence
@@ -17,7 +18,7 @@ from typing import Any, Literal, Protocol, TypeAlias, runtime_checkable
 import anyio
 import anyio.to_thread
 
-__all__ = ["Row", "SQLiteStore", "Store", "connect"]
+__all__ = ["Row", "SQLiteStore", "StatementStore", "Store", "connect"]
 
 Row: TypeAlias = Sequence[Any] | sqlite3.Row
 """One result row; the backend reads it by position only, so tuples and ``sqlite3.Row`` both do."""
@@ -92,7 +93,27 @@ def run_statement(
     return result
 
 
-class SQLiteStore:
+class StatementStore(abc.ABC):
+    """The three :class:`Store` methods over one ``_run(sql, params, fetch)``, which runs a
+    statement and fetches the row count, the first row or every row."""
+
+    @abc.abstractmethod
+    async def _run(self, sql: str, params: Sequence[Any], fetch: Fetch) -> Any: ...
+
+    async def execute(self, sql: str, params: Sequence[Any]) -> int:
+        count: int = await self._run(sql, params, "count")
+        return count
+
+    async def execute_one(self, sql: str, params: Sequence[Any]) -> Row | None:
+        row: Row | None = await self._run(sql, params, "one")
+        return row
+
+    async def execute_all(self, sql: str, params: Sequence[Any]) -> list[Row]:
+        rows: list[Row] = await self._run(sql, params, "all")
+        return rows
+
+
+class SQLiteStore(StatementStore):
     """A :class:`Store` over a stdlib ``sqlite3.Connection``, usable from asyncio and trio.
 
     Statements run one at a time on an anyio worker thread (a capacity limiter of one keeps
@@ -112,18 +133,6 @@ class SQLiteStore:
         return await anyio.to_thread.run_sync(
             run_statement, self.connection, sql, params, fetch, limiter=self._limiter
         )
-
-    async def execute(self, sql: str, params: Sequence[Any]) -> int:
-        count: int = await self._run(sql, params, "count")
-        return count
-
-    async def execute_one(self, sql: str, params: Sequence[Any]) -> Row | None:
-        row: Row | None = await self._run(sql, params, "one")
-        return row
-
-    async def execute_all(self, sql: str, params: Sequence[Any]) -> list[Row]:
-        rows: list[Row] = await self._run(sql, params, "all")
-        return rows
 
     async def aclose(self) -> None:
         """Close the connection, after any statement still running.  For its owner only: the
