@@ -36,7 +36,7 @@ import ipaddress
 import json
 import logging
 import re
-from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from collections.abc import Iterable
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, quote, unquote_to_bytes
@@ -44,6 +44,7 @@ from urllib.parse import parse_qs, quote, unquote_to_bytes
 import anyio.to_thread
 import attrs
 
+from ._asgi import App, Receive, Scope, Send, serve_non_http
 from ._redaction import redacted
 from .errors import ConfigError, QueueError
 
@@ -55,10 +56,6 @@ __all__ = ["dashboard_app", "host_name", "is_loopback_host"]
 
 log = logging.getLogger("blamequeue.dashboard")
 
-Scope = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
-Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
-App = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 _STATUS_OF = {
     "queue/job-not-found": 404,
@@ -408,15 +405,8 @@ def dashboard_app(
         raise _HTTPError(405, f"{method} is not served here")
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "lifespan":
-            while True:
-                message = await receive()
-                if message["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                elif message["type"] == "lifespan.shutdown":
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
         if scope["type"] != "http":
+            await serve_non_http(scope, receive, send)
             return
         headers: dict[str, str] = {}
         hosts = 0

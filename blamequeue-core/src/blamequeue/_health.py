@@ -13,12 +13,13 @@ from __future__ import annotations
 import functools
 import json
 import math
-from collections.abc import Awaitable, Callable, MutableMapping, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 
+from ._asgi import App, Receive, Scope, Send, serve_non_http
 from ._clock import to_datetime
 from ._inspection import to_queue_info, to_worker_info
 from ._metrics import check_window, read_metrics
@@ -308,14 +309,9 @@ async def check_report(
     )
 
 
-Scope = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
-Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
-
-
 def health_app(
     queue: Queue, thresholds: HealthThresholds | None = None, *, backend: str | None = None
-) -> Callable[[Scope, Receive, Send], Awaitable[None]]:
+) -> App:
     """An ASGI app answering every ``GET`` / ``HEAD`` with the queue's health report as
     JSON: ``200`` healthy, ``207`` degraded, ``503`` unhealthy (also when the queue is not
     started).  Mount it at a path of your Starlette / FastAPI app, or serve it alone::
@@ -327,15 +323,8 @@ def health_app(
     limits = thresholds if thresholds is not None else HealthThresholds()
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "lifespan":
-            while True:
-                message = await receive()
-                if message["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                elif message["type"] == "lifespan.shutdown":
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
         if scope["type"] != "http":
+            await serve_non_http(scope, receive, send)
             return
         method = scope.get("method", "GET")
         if method not in ("GET", "HEAD"):
