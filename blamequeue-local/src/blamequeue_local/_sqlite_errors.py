@@ -51,6 +51,30 @@ def _misuse(word: str) -> Callable[[BaseException], bool]:
     return lambda exc: isinstance(exc, sqlite3.ProgrammingError) and word in str(exc).lower()
 
 
+# Result codes of a database file a person must fix (not retried), and what to do.
+_NEEDS_A_PERSON: Final = (
+    (
+        (_FULL,),
+        "{where}: the disk is full ({text}); free space on that volume (nothing of this call "
+        "was written), then the queue resumes",
+    ),
+    (
+        (_READONLY, _PERM),
+        "{where}: the database is read-only ({text}); make the file and its directory writable "
+        "by this process (SQLite also creates -wal and -shm files beside it)",
+    ),
+    (
+        (_CORRUPT, _NOTADB),
+        "{where}: the database file is corrupt or not a SQLite database ({text}); restore it "
+        "from a backup (sqlite3's .recover may salvage rows) or point 'path' elsewhere",
+    ),
+    (
+        (_CANTOPEN,),
+        "{where}: SQLite cannot open the database file ({text}); check that its directory "
+        "exists and is writable",
+    ),
+)
+
 _ERRORS: Final = ErrorMap(
     ErrorRule(
         when=sqlite3.IntegrityError,
@@ -77,27 +101,7 @@ _ERRORS: Final = ErrorMap(
         "busy_timeout): {text}; the call will be retried. If this persists, look for a long "
         "transaction on that file or raise busy_timeout",
     ),
-    ErrorRule(
-        when=_sqlite(_FULL),
-        message="{where}: the disk is full ({text}); free space on that volume (nothing of "
-        "this call was written), then the queue resumes",
-    ),
-    ErrorRule(
-        when=_sqlite(_READONLY, _PERM),
-        message="{where}: the database is read-only ({text}); make the file and its directory "
-        "writable by this process (SQLite also creates -wal and -shm files beside it)",
-    ),
-    ErrorRule(
-        when=_sqlite(_CORRUPT, _NOTADB),
-        message="{where}: the database file is corrupt or not a SQLite database ({text}); "
-        "restore it from a backup (sqlite3's .recover may salvage rows) or point 'path' "
-        "elsewhere",
-    ),
-    ErrorRule(
-        when=_sqlite(_CANTOPEN),
-        message="{where}: SQLite cannot open the database file ({text}); check that its "
-        "directory exists and is writable",
-    ),
+    *(ErrorRule(when=_sqlite(*codes), message=message) for codes, message in _NEEDS_A_PERSON),
     ErrorRule(
         when=_sqlite(_IOERR, _NOMEM),
         retryable=True,

@@ -137,6 +137,38 @@ def _client_error(test: Callable[[str, int], bool]) -> Callable[[BaseException],
     return matches
 
 
+def _coded(codes: frozenset[str]) -> Callable[[BaseException], bool]:
+    """A test for ``ClientError`` exceptions whose SQS error code is one of ``codes``."""
+    return _client_error(lambda code, _: code in codes)
+
+
+# Error codes a person must act on (not retried), and what to do.
+_NEEDS_A_PERSON: Final = (
+    (
+        _NO_QUEUE,
+        "{where}: SQS says the queue does not exist ({code}); check the queue URL "
+        "(`aws sqs get-queue-url --queue-name NAME`), the region, and that the queue was not "
+        "deleted (or set create_queues=True to let the backend create it)",
+    ),
+    (
+        _DENIED,
+        "{where}: access denied to SQS {action} ({code}: {text}); grant the IAM action "
+        "sqs:{action} on the queue (and kms:GenerateDataKey / kms:Decrypt for a queue "
+        "encrypted with a customer key); see docs/backends/sqs.md for the full list",
+    ),
+    (
+        _CREDENTIALS,
+        "{where}: SQS refused the credentials ({code}: {text}); check AWS_ACCESS_KEY_ID / "
+        "AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN or the profile, and that they belong to the "
+        "account and region of the queue",
+    ),
+    (
+        frozenset({"PurgeQueueInProgress"}),
+        "{where}: SQS allows one PurgeQueue per queue every 60 seconds; try again in a minute",
+    ),
+)
+
+
 def _text(exc: BaseException) -> str:
     if isinstance(exc, botocore.exceptions.ClientError):
         return error_message(exc)
@@ -150,31 +182,9 @@ _ERRORS: Final = ErrorMap(
         message=f"{{where}}: SQS {{action}} failed temporarily ({{code_or_status}}: {{text}}); "
         f"{_TEMPORARY}",
     ),
+    *(ErrorRule(when=_coded(codes), message=message) for codes, message in _NEEDS_A_PERSON),
     ErrorRule(
-        when=_client_error(lambda code, _: code in _NO_QUEUE),
-        message="{where}: SQS says the queue does not exist ({code}); check the queue URL "
-        "(`aws sqs get-queue-url --queue-name NAME`), the region, and that the queue was not "
-        "deleted (or set create_queues=True to let the backend create it)",
-    ),
-    ErrorRule(
-        when=_client_error(lambda code, _: code in _DENIED),
-        message="{where}: access denied to SQS {action} ({code}: {text}); grant the IAM action "
-        "sqs:{action} on the queue (and kms:GenerateDataKey / kms:Decrypt for a queue "
-        "encrypted with a customer key); see docs/backends/sqs.md for the full list",
-    ),
-    ErrorRule(
-        when=_client_error(lambda code, _: code in _CREDENTIALS),
-        message="{where}: SQS refused the credentials ({code}: {text}); check "
-        "AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN or the profile, and "
-        "that they belong to the account and region of the queue",
-    ),
-    ErrorRule(
-        when=_client_error(lambda code, _: code == "PurgeQueueInProgress"),
-        message="{where}: SQS allows one PurgeQueue per queue every 60 seconds; try again in "
-        "a minute",
-    ),
-    ErrorRule(
-        when=_client_error(lambda code, _: code in _REFUSED_ARGUMENTS),
+        when=_coded(_REFUSED_ARGUMENTS),
         code="queue/bad-argument",
         message="{where}: SQS refused {action}: {code}: {text}",
     ),
