@@ -145,6 +145,11 @@ def _lease_order(row: Row) -> tuple[int, float, int]:
     return (-int(row[4]), float(row[8]), int(row[15]))
 
 
+def _leases(rows: list[Row], token: str, expires_at: float) -> list[Lease]:
+    rows.sort(key=_lease_order)  # RETURNING order is unspecified
+    return [Lease(job=stored_job(row), token=token, expires_at=expires_at) for row in rows]
+
+
 class LocalBackend(Backend):
     """Jobs in a SQLite table: the embedded default backend (protocol ``local``).
 
@@ -356,9 +361,7 @@ class LocalBackend(Backend):
     async def lease(
         self, queue: str, *, limit: int, now: float, lease_seconds: float
     ) -> list[Lease]:
-        store = self._boundary.require()
-        if self._signature is not None:
-            self._seen[queue] = self._signature.read()
+        store = self._leasing(queue)
         if limit <= 0:
             return []
         # One token per call: the fence checks (id, token) pairs, and a job is leased again
@@ -368,8 +371,15 @@ class LocalBackend(Backend):
         rows = await self._boundary.call(
             store.execute_all(self._sql.lease, (token, expires_at, queue, now, limit))
         )
-        rows.sort(key=_lease_order)  # RETURNING order is unspecified
-        return [Lease(job=stored_job(row), token=token, expires_at=expires_at) for row in rows]
+        return _leases(rows, token, expires_at)
+
+    def _leasing(self, queue: str) -> Store:
+        """The store, once the file signature this lease of ``queue`` starts from is noted (so
+        a commit landing between an empty lease and the next wait_for_work is not missed)."""
+        store = self._boundary.require()
+        if self._signature is not None:
+            self._seen[queue] = self._signature.read()
+        return store
 
     async def lease_limited(
         self, queue: str, *, limit: int, now: float, lease_seconds: float, limits: LeaseLimits
@@ -377,9 +387,7 @@ class LocalBackend(Backend):
         """:meth:`lease` under fleet-wide limits: one refill statement (safe on its own), then
         one lease statement that spends the tokens (through a trigger) and counts each group's
         inflight jobs as it takes jobs (see ``Statements.lease_limited``)."""
-        store = self._boundary.require()
-        if self._signature is not None:
-            self._seen[queue] = self._signature.read()
+        store = self._leasing(queue)
         if limit <= 0:
             return []
         token = secrets.token_hex(16)
@@ -402,8 +410,7 @@ class LocalBackend(Backend):
             1 if rated else None,
         )
         rows = await self._boundary.call(store.execute_all(self._sql.lease_limited, params))
-        rows.sort(key=_lease_order)
-        return [Lease(job=stored_job(row), token=token, expires_at=expires_at) for row in rows]
+        return _leases(rows, token, expires_at)
 
     async def settle(self, settlements: Sequence[Settlement], *, now: float) -> list[bool]:
         if not settlements:
