@@ -45,24 +45,30 @@ can recompute it.  Keys: BLAMEQUEUE_SEAL_KEYS, --key-file, the queue's configura
 Lines cut off the end leave a valid, shorter chain: compare the head with one kept elsewhere.
 """
 
+_AUDIT_MANUAL = (
+    """\
+work with audit trails (verify a keyed, chained audit file)
+
+Audit trail tools.
+
+"""
+    + _EPILOG
+)
+_VERIFY_MANUAL = (
+    """\
+check every line's MAC and link; print the head or the first line that fails
+
+Check a keyed, chained JSON-lines audit file written by JsonlAuditSink.
+
+"""
+    + _EPILOG
+)
+
 
 def add_parser(subparsers: Subparsers) -> None:
-    parser = add_command(
-        subparsers,
-        "audit",
-        help="work with audit trails (verify a keyed, chained audit file)",
-        description="Audit trail tools.",
-        epilog=_EPILOG,
-    )
+    parser = add_command(subparsers, "audit", _AUDIT_MANUAL)
     actions = parser.add_subparsers(title="actions", metavar="ACTION", dest="action", required=True)
-    verify = add_command(
-        actions,
-        "verify",
-        help="check every line's MAC and link; print the head or the first line that fails",
-        description="Check a keyed, chained JSON-lines audit file written by JsonlAuditSink.",
-        epilog=_EPILOG,
-        run=run,
-    )
+    verify = add_command(actions, "verify", _VERIFY_MANUAL, run=run)
     verify.add_argument("file", metavar="FILE", help="the audit file")
     verify.add_argument(
         "--expect-count",

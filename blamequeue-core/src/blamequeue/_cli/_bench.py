@@ -41,7 +41,21 @@ from ._terminal import ProgressBar, Terminal, format_table
 
 __all__ = ["add_parser", "run"]
 
-_EPILOG = """\
+
+_BATCH = 1000
+_JOBS = 20_000
+# moto's server (the default sqs endpoint) slows down with queue length.
+_SQS_JOBS = 500
+_BACKLOG_BATCH = 10_000
+_SINGLE_MAX = 5000
+
+
+_MANUAL = """\
+measure enqueue/processing throughput, latency and memory of a backend
+
+Measure a backend's throughput, latency and memory with the defaults a
+user gets (heartbeats on, default durability).
+
 examples:
   blamequeue bench                                  # SQLite, 20000 jobs, concurrency 50
   blamequeue bench --backend memory --jobs 2000 --json
@@ -65,24 +79,9 @@ Results vary with the machine; compare runs on the same one.  The bench writes t
 named bench-*.
 """
 
-_BATCH = 1000
-_JOBS = 20_000
-# moto's server (the default sqs endpoint) slows down with queue length.
-_SQS_JOBS = 500
-_BACKLOG_BATCH = 10_000
-_SINGLE_MAX = 5000
-
 
 def add_parser(subparsers: Subparsers) -> None:
-    parser = add_command(
-        subparsers,
-        "bench",
-        help="measure enqueue/processing throughput, latency and memory of a backend",
-        description="Measure a backend's throughput, latency and memory with the defaults a\n"
-        "user gets (heartbeats on, default durability).",
-        epilog=_EPILOG,
-        run=run,
-    )
+    parser = add_command(subparsers, "bench", _MANUAL, run=run)
     parser.add_argument(
         "--backend",
         choices=("local", "memory", "redis", "sqs"),

@@ -13,22 +13,23 @@ from ._running import EXIT_ERROR, EXIT_OK, Subparsers
 __all__ = ["add_parser"]
 
 
+_MANUAL = """\
+cancel a job: pending ones never run, a running one is stopped
+
+Cancel the job JOB_ID: it ends in the state 'cancelled'.  A pending, delayed or
+parked job never runs; a running one is cancelled at once and its worker stops
+the handler at its next heartbeat (lease / 3 seconds).  Exit code 0 when the job
+was cancelled, 1 when it had already finished (done, dead or cancelled), 3 when
+no such job exists.
+
+examples:
+  blamequeue cancel job-01J9Z6Q5M3V7R8T2K4X6C8B0DE
+  blamequeue cancel job-01J9Z6Q5M3V7R8T2K4X6C8B0DE --backend fast --json
+"""
+
+
 def add_parser(subparsers: Subparsers) -> None:
-    cancel = add_queue_command(
-        subparsers,
-        "cancel",
-        help="cancel a job: pending ones never run, a running one is stopped",
-        description=(
-            "Cancel the job JOB_ID: it ends in the state 'cancelled'.  A pending, delayed or\n"
-            "parked job never runs; a running one is cancelled at once and its worker stops\n"
-            "the handler at its next heartbeat (lease / 3 seconds).  Exit code 0 when the job\n"
-            "was cancelled, 1 when it had already finished (done, dead or cancelled), 3 when\n"
-            "no such job exists."
-        ),
-        examples="  blamequeue cancel job-01J9Z6Q5M3V7R8T2K4X6C8B0DE\n"
-        "  blamequeue cancel job-01J9Z6Q5M3V7R8T2K4X6C8B0DE --backend fast --json\n",
-        run=_cancel,
-    )
+    cancel = add_queue_command(subparsers, "cancel", _MANUAL, run=_cancel)
     cancel.add_argument("job_id", metavar="JOB_ID", help="the job's id, as enqueue printed it")
     add_json_option(cancel)
     add_queue_options(cancel)

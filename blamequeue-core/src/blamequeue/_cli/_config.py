@@ -70,22 +70,13 @@ configuration:
 def add_queue_command(
     subparsers: Subparsers,
     name: str,
+    manual: str,
     *,
-    help: str,
-    description: str,
-    examples: str,
     run: Callable[[argparse.Namespace], int] | None = None,
 ) -> argparse.ArgumentParser:
-    """A command (or action) on the configured queue: its ``--help`` ends with ``examples``
-    (lines ending with a newline) and :data:`CONFIG_HELP`."""
-    return add_command(
-        subparsers,
-        name,
-        help=help,
-        description=description,
-        epilog=f"examples:\n{examples}\n{CONFIG_HELP}",
-        run=run,
-    )
+    """A command (or action) on the configured queue (see :func:`add_command`): its ``--help``
+    ends with :data:`CONFIG_HELP`, after a blank line."""
+    return add_command(subparsers, name, f"{manual}\n{CONFIG_HELP}", run=run)
 
 
 def add_queue_argument(parser: argparse.ArgumentParser) -> None:

@@ -23,25 +23,26 @@ from ._running import EXIT_OK, Subparsers, UsageError, add_loop_option, run_on_l
 __all__ = ["add_parser"]
 
 
+_MANUAL = """\
+serve the web dashboard (queues, jobs, DLQ, flows, batches, workers)
+
+Serve the web dashboard on http://HOST:PORT.  Reading and acting (DLQ retry /
+retry-all / purge) need the token: BLAMEQUEUE_DASHBOARD_TOKEN, or else one made
+up for this run and printed in the address to open (after '#', which the browser
+never sends to the server).  Only requests whose Host is a loopback name or one
+given with --allowed-host are answered.  Payloads are shown only with
+--show-payloads and the token.  Needs hypercorn (pip install 'blamequeue[dashboard]').
+
+examples:
+  blamequeue dashboard
+  blamequeue dashboard --read-only-open
+  BLAMEQUEUE_DASHBOARD_TOKEN=... blamequeue dashboard --port 9000 --show-payloads
+  blamequeue dashboard --host 0.0.0.0 --allowed-host queues.internal.example
+"""
+
+
 def add_parser(subparsers: Subparsers) -> None:
-    parser = add_queue_command(
-        subparsers,
-        "dashboard",
-        help="serve the web dashboard (queues, jobs, DLQ, flows, batches, workers)",
-        description=(
-            "Serve the web dashboard on http://HOST:PORT.  Reading and acting (DLQ retry /\n"
-            "retry-all / purge) need the token: BLAMEQUEUE_DASHBOARD_TOKEN, or else one made\n"
-            "up for this run and printed in the address to open (after '#', which the browser\n"
-            "never sends to the server).  Only requests whose Host is a loopback name or one\n"
-            "given with --allowed-host are answered.  Payloads are shown only with\n"
-            "--show-payloads and the token.  Needs hypercorn (pip install 'blamequeue[dashboard]')."
-        ),
-        examples="  blamequeue dashboard\n"
-        "  blamequeue dashboard --read-only-open\n"
-        "  BLAMEQUEUE_DASHBOARD_TOKEN=... blamequeue dashboard --port 9000 --show-payloads\n"
-        "  blamequeue dashboard --host 0.0.0.0 --allowed-host queues.internal.example\n",
-        run=_run,
-    )
+    parser = add_queue_command(subparsers, "dashboard", _MANUAL, run=_run)
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8765, help="port (default: 8765)")
     parser.add_argument(

@@ -31,16 +31,6 @@ from ._terminal import Terminal, format_table
 
 __all__ = ["add_parser", "run"]
 
-_EPILOG = """\
-examples:
-  blamequeue demo                   # on a temporary SQLite file, deleted afterwards
-  blamequeue demo --keep            # keep the database to poke at it afterwards
-  blamequeue demo --path demo.db    # use (and keep) this file; it must not exist yet
-  NO_COLOR=1 blamequeue demo        # no colours
-
-The demo takes about 10 seconds: the waits you see (a 2 s delay, retries after 1 s and 2 s)
-are real, because they are what your jobs will do.
-"""
 
 _STEPS = 7
 _BULK_JOBS = 200
@@ -52,17 +42,26 @@ _DLQ_BACKOFF_SPEC = {"strategy": "fixed", "delay": 0.5}
 _DLQ_BACKOFF = FixedBackoff(delay=0.5)
 
 
+_MANUAL = """\
+walk through a job's whole lifecycle on a throwaway SQLite queue (~10 s)
+
+Show the life of a job on the embedded SQLite backend: enqueue, priority,
+delay, retries with backoff, the dead-letter queue and an operator retry, then a
+batch drained by a worker.
+
+examples:
+  blamequeue demo                   # on a temporary SQLite file, deleted afterwards
+  blamequeue demo --keep            # keep the database to poke at it afterwards
+  blamequeue demo --path demo.db    # use (and keep) this file; it must not exist yet
+  NO_COLOR=1 blamequeue demo        # no colours
+
+The demo takes about 10 seconds: the waits you see (a 2 s delay, retries after 1 s and 2 s)
+are real, because they are what your jobs will do.
+"""
+
+
 def add_parser(subparsers: Subparsers) -> None:
-    parser = add_command(
-        subparsers,
-        "demo",
-        help="walk through a job's whole lifecycle on a throwaway SQLite queue (~10 s)",
-        description="Show the life of a job on the embedded SQLite backend: enqueue, priority,\n"
-        "delay, retries with backoff, the dead-letter queue and an operator retry, then a\n"
-        "batch drained by a worker.",
-        epilog=_EPILOG,
-        run=run,
-    )
+    parser = add_command(subparsers, "demo", _MANUAL, run=run)
     parser.add_argument(
         "--path",
         metavar="FILE",

@@ -30,7 +30,8 @@ from ._running import EXIT_NOT_FOUND, EXIT_OK, Subparsers, positive_int, say
 
 __all__ = ["add_parser"]
 
-_EXAMPLES = """\
+_EPILOG = """\
+examples:
   blamequeue dlq list emails                      # most recently failed first
   blamequeue dlq list emails --limit 5 --json
   blamequeue dlq retry job-01J0ZK5V3G9YB6R2W8X4T1QH7C
@@ -43,25 +44,59 @@ purged.
 """
 
 
+_DLQ_MANUAL = (
+    """\
+the dead-letter queue: list, retry, size, purge
+
+Work with the dead-letter queue: jobs that ran out of attempts.
+
+"""
+    + _EPILOG
+)
+_LIST_MANUAL = (
+    """\
+list a queue's dead jobs, most recently failed first
+
+List the dead jobs of QUEUE, most recently failed first, with their last error.
+
+"""
+    + _EPILOG
+)
+_RETRY_MANUAL = (
+    """\
+put a dead job back to pending, attempts reset (exit 3 if not found)
+
+Move the dead job JOB_ID back to pending, due now, with its attempts reset.
+Exit code 3 when no dead job has that id.
+
+"""
+    + _EPILOG
+)
+_SIZE_MANUAL = (
+    """\
+how many dead jobs a queue has
+
+Print how many dead jobs QUEUE has.
+
+"""
+    + _EPILOG
+)
+_PURGE_MANUAL = (
+    """\
+delete a queue's dead jobs (asks first)
+
+Delete every dead job of QUEUE.  On a terminal it asks first; elsewhere it refuses
+unless --yes.
+
+"""
+    + _EPILOG
+)
+
+
 def add_parser(subparsers: Subparsers) -> None:
-    parser = add_queue_command(
-        subparsers,
-        "dlq",
-        help="the dead-letter queue: list, retry, size, purge",
-        description="Work with the dead-letter queue: jobs that ran out of attempts.",
-        examples=_EXAMPLES,
-    )
+    parser = add_queue_command(subparsers, "dlq", _DLQ_MANUAL)
     actions = parser.add_subparsers(title="actions", metavar="ACTION", dest="action", required=True)
-    listing = add_queue_command(
-        actions,
-        "list",
-        help="list a queue's dead jobs, most recently failed first",
-        description=(
-            "List the dead jobs of QUEUE, most recently failed first, with their last error."
-        ),
-        examples=_EXAMPLES,
-        run=_list,
-    )
+    listing = add_queue_command(actions, "list", _LIST_MANUAL, run=_list)
     add_queue_argument(listing)
     add_json_option(listing)
     listing.add_argument(
@@ -69,44 +104,13 @@ def add_parser(subparsers: Subparsers) -> None:
     )
     add_queue_options(listing)
 
-    retry = add_queue_command(
-        actions,
-        "retry",
-        help="put a dead job back to pending, attempts reset (exit 3 if not found)",
-        description=(
-            "Move the dead job JOB_ID back to pending, due now, with its attempts reset.\n"
-            "Exit code 3 when no dead job has that id."
-        ),
-        examples=_EXAMPLES,
-        run=_retry,
-    )
+    retry = add_queue_command(actions, "retry", _RETRY_MANUAL, run=_retry)
     retry.add_argument("job_id", metavar="JOB_ID", help="the dead job's id (job-...)")
     add_json_option(retry)
     add_queue_options(retry, backend_help="look only in this backend (default: every backend)")
 
-    add_size_options(
-        add_queue_command(
-            actions,
-            "size",
-            help="how many dead jobs a queue has",
-            description="Print how many dead jobs QUEUE has.",
-            examples=_EXAMPLES,
-        ),
-        dead=True,
-    )
-    add_purge_options(
-        add_queue_command(
-            actions,
-            "purge",
-            help="delete a queue's dead jobs (asks first)",
-            description=(
-                "Delete every dead job of QUEUE.  On a terminal it asks first; elsewhere it "
-                "refuses\nunless --yes."
-            ),
-            examples=_EXAMPLES,
-        ),
-        dead=True,
-    )
+    add_size_options(add_queue_command(actions, "size", _SIZE_MANUAL), dead=True)
+    add_purge_options(add_queue_command(actions, "purge", _PURGE_MANUAL), dead=True)
 
 
 def _list(args: argparse.Namespace) -> int:

@@ -18,20 +18,34 @@ __all__ = ["add_parser"]
 _EXIT = {"healthy": 0, "degraded": 1, "unhealthy": 2}
 
 
+_HEALTH_MANUAL = """\
+check queues against thresholds: healthy, degraded or unhealthy
+
+Check every queue of the backend: due, delayed, inflight and dead jobs, the
+oldest due job's wait, the error rate of the last minutes and live workers,
+against the thresholds below.  Exit code 0 healthy, 1 degraded, 2 unhealthy.
+
+examples:
+  blamequeue health
+  blamequeue health --max-oldest-age 60 --min-workers 1 --json
+"""
+
+
+_METRICS_MANUAL = """\
+a queue's throughput, durations, error rate and latest errors
+
+The figures every worker of QUEUE recorded in the backend over the last WINDOW
+seconds: attempts succeeded, failed and dead per minute, mean duration, error
+rate and the latest errors.
+
+examples:
+  blamequeue metrics emails
+  blamequeue metrics emails --window 86400 --json
+"""
+
+
 def add_parser(subparsers: Subparsers) -> None:
-    health = add_queue_command(
-        subparsers,
-        "health",
-        help="check queues against thresholds: healthy, degraded or unhealthy",
-        description=(
-            "Check every queue of the backend: due, delayed, inflight and dead jobs, the\n"
-            "oldest due job's wait, the error rate of the last minutes and live workers,\n"
-            "against the thresholds below.  Exit code 0 healthy, 1 degraded, 2 unhealthy."
-        ),
-        examples="  blamequeue health\n"
-        "  blamequeue health --max-oldest-age 60 --min-workers 1 --json\n",
-        run=_health,
-    )
+    health = add_queue_command(subparsers, "health", _HEALTH_MANUAL, run=_health)
     health.add_argument("--max-pending", type=int, metavar="N", help="due jobs per queue")
     health.add_argument(
         "--max-oldest-age",
@@ -54,18 +68,7 @@ def add_parser(subparsers: Subparsers) -> None:
     add_json_option(health)
     add_queue_options(health)
 
-    metrics = add_queue_command(
-        subparsers,
-        "metrics",
-        help="a queue's throughput, durations, error rate and latest errors",
-        description=(
-            "The figures every worker of QUEUE recorded in the backend over the last WINDOW\n"
-            "seconds: attempts succeeded, failed and dead per minute, mean duration, error\n"
-            "rate and the latest errors."
-        ),
-        examples="  blamequeue metrics emails\n  blamequeue metrics emails --window 86400 --json\n",
-        run=_metrics,
-    )
+    metrics = add_queue_command(subparsers, "metrics", _METRICS_MANUAL, run=_metrics)
     metrics.add_argument("queue", metavar="QUEUE")
     metrics.add_argument(
         "--window", type=float, default=3600.0, help="seconds, 60..86400 (default: 3600)"

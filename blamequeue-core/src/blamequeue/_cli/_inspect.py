@@ -57,36 +57,97 @@ def _limit(text: str) -> int:
     return value
 
 
+_SIZE_MANUAL = """\
+how many live jobs a queue holds (pending, delayed, running, parked)
+
+Print how many live jobs QUEUE holds: pending (delayed ones too), inflight and
+parked; done and dead jobs are not counted (see `blamequeue dlq size`).
+
+examples:
+  blamequeue size emails
+  blamequeue size emails --json              # {"queue": ..., "size": 12, ...}
+  blamequeue size emails --path /var/lib/app/jobs.db
+"""
+
+
+_JOBS_MANUAL = """\
+list a queue's jobs by state, a page at a time
+
+List the jobs of QUEUE: pending first, then inflight, parked, done (while retained)
+and dead, each in enqueue order, --limit at a time.  When more follow, the last line
+gives the command for the next page (--cursor).
+
+examples:
+  blamequeue jobs emails
+  blamequeue jobs emails --state dead --limit 20
+  blamequeue jobs emails --cursor pending:1234      # the next page
+  blamequeue jobs emails --json | jq '.jobs[].id'
+"""
+
+
+_JOB_MANUAL = """\
+show one job: its state, payload, attempts and last error
+
+Show the job JOB_ID wherever it is (pending, inflight, parked, done while retained,
+or dead).  Exit code 3 when no backend holds it.
+
+examples:
+  blamequeue job job-01J0ZK5V3G9YB6R2W8X4T1QH7C
+  blamequeue job job-01J0ZK5V3G9YB6R2W8X4T1QH7C --json | jq .state
+"""
+
+
+_QUEUES_MANUAL = """\
+list the queues that hold jobs, with a count per state
+
+List every queue holding jobs, on every configured backend (or --backend), with how
+many of its jobs are pending, inflight, parked, done (retained) and dead.
+
+examples:
+  blamequeue queues
+  blamequeue queues --json
+"""
+
+_WORKERS_MANUAL = """\
+list the live workers (consumers) and their last heartbeat
+
+List the consumers running now, in any process or host: each registers itself in the
+backend and heartbeats every 5 s; one silent for 15 s is not listed.
+
+examples:
+  blamequeue workers
+  blamequeue workers --json | jq '.workers | length'
+"""
+
+_BACKENDS_MANUAL = """\
+list the configured backends, their protocol and circuit-breaker state
+
+Open every configured backend and show its protocol, its circuit breaker (closed,
+open, half-open) and what it can do.  Fails (exit 1) when a backend cannot be opened.
+
+examples:
+  blamequeue backends
+  blamequeue backends --config queues.toml --json
+"""
+
+_PLUGINS_MANUAL = """\
+list the loaded plugins: what they register and their distribution
+
+List the plugins loaded from the 'blamequeue' entry-point group (the built-in
+backends come in the same way), what each registers, and the distribution and
+version it comes from.  BLAMEQUEUE_PLUGINS / BLAMEQUEUE_DISABLE_PLUGINS select them.
+
+examples:
+  blamequeue plugins
+  BLAMEQUEUE_DISABLE_PLUGINS=redis blamequeue plugins --json
+"""
+
+
 def add_parser(subparsers: Subparsers) -> None:
-    size = add_queue_command(
-        subparsers,
-        "size",
-        help="how many live jobs a queue holds (pending, delayed, running, parked)",
-        description=(
-            "Print how many live jobs QUEUE holds: pending (delayed ones too), inflight and\n"
-            "parked; done and dead jobs are not counted (see `blamequeue dlq size`)."
-        ),
-        examples="  blamequeue size emails\n"
-        '  blamequeue size emails --json              # {"queue": ..., "size": 12, ...}\n'
-        "  blamequeue size emails --path /var/lib/app/jobs.db\n",
-    )
+    size = add_queue_command(subparsers, "size", _SIZE_MANUAL)
     add_size_options(size, dead=False)
 
-    jobs = add_queue_command(
-        subparsers,
-        "jobs",
-        help="list a queue's jobs by state, a page at a time",
-        description=(
-            "List the jobs of QUEUE: pending first, then inflight, parked, done (while retained)\n"
-            "and dead, each in enqueue order, --limit at a time.  When more follow, the last line\n"
-            "gives the command for the next page (--cursor)."
-        ),
-        examples="  blamequeue jobs emails\n"
-        "  blamequeue jobs emails --state dead --limit 20\n"
-        "  blamequeue jobs emails --cursor pending:1234      # the next page\n"
-        "  blamequeue jobs emails --json | jq '.jobs[].id'\n",
-        run=_jobs,
-    )
+    jobs = add_queue_command(subparsers, "jobs", _JOBS_MANUAL, run=_jobs)
     add_queue_argument(jobs)
     jobs.add_argument(
         "--state", choices=JOB_STATES, help="only jobs in this state (default: every state)"
@@ -104,68 +165,21 @@ def add_parser(subparsers: Subparsers) -> None:
     add_json_option(jobs)
     add_queue_options(jobs)
 
-    job = add_queue_command(
-        subparsers,
-        "job",
-        help="show one job: its state, payload, attempts and last error",
-        description=(
-            "Show the job JOB_ID wherever it is (pending, inflight, parked, done while retained,\n"
-            "or dead).  Exit code 3 when no backend holds it."
-        ),
-        examples="  blamequeue job job-01J0ZK5V3G9YB6R2W8X4T1QH7C\n"
-        "  blamequeue job job-01J0ZK5V3G9YB6R2W8X4T1QH7C --json | jq .state\n",
-        run=_job,
-    )
+    job = add_queue_command(subparsers, "job", _JOB_MANUAL, run=_job)
     job.add_argument("job_id", metavar="JOB_ID", help="the id enqueue returned (job-...)")
     add_json_option(job)
     add_queue_options(job, backend_help="look only in this backend (default: every backend)")
 
-    for name, run, help, description, examples in [
-        (
-            "queues",
-            _queues,
-            "list the queues that hold jobs, with a count per state",
-            "List every queue holding jobs, on every configured backend (or --backend), with "
-            "how\nmany of its jobs are pending, inflight, parked, done (retained) and dead.",
-            "  blamequeue queues\n  blamequeue queues --json\n",
-        ),
-        (
-            "workers",
-            _workers,
-            "list the live workers (consumers) and their last heartbeat",
-            "List the consumers running now, in any process or host: each registers itself in "
-            "the\nbackend and heartbeats every 5 s; one silent for 15 s is not listed.",
-            "  blamequeue workers\n  blamequeue workers --json | jq '.workers | length'\n",
-        ),
-        (
-            "backends",
-            _backends,
-            "list the configured backends, their protocol and circuit-breaker state",
-            "Open every configured backend and show its protocol, its circuit breaker (closed,\n"
-            "open, half-open) and what it can do.  Fails (exit 1) when a backend cannot be "
-            "opened.",
-            "  blamequeue backends\n  blamequeue backends --config queues.toml --json\n",
-        ),
+    for name, manual, run in [
+        ("queues", _QUEUES_MANUAL, _queues),
+        ("workers", _WORKERS_MANUAL, _workers),
+        ("backends", _BACKENDS_MANUAL, _backends),
     ]:
-        listing = add_queue_command(
-            subparsers, name, help=help, description=description, examples=examples, run=run
-        )
+        listing = add_queue_command(subparsers, name, manual, run=run)
         add_json_option(listing)
         add_queue_options(listing, backend_help="only this backend (default: every backend)")
 
-    plugins = add_queue_command(
-        subparsers,
-        "plugins",
-        help="list the loaded plugins: what they register and their distribution",
-        description=(
-            "List the plugins loaded from the 'blamequeue' entry-point group (the built-in\n"
-            "backends come in the same way), what each registers, and the distribution and\n"
-            "version it comes from.  BLAMEQUEUE_PLUGINS / BLAMEQUEUE_DISABLE_PLUGINS select them."
-        ),
-        examples="  blamequeue plugins\n"
-        "  BLAMEQUEUE_DISABLE_PLUGINS=redis blamequeue plugins --json\n",
-        run=_plugins,
-    )
+    plugins = add_queue_command(subparsers, "plugins", _PLUGINS_MANUAL, run=_plugins)
     add_json_option(plugins)
 
 

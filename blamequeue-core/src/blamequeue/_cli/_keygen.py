@@ -14,7 +14,14 @@ from ._running import EXIT_OK, Subparsers, UsageError, add_command, say
 
 __all__ = ["add_parser", "run"]
 
-_EPILOG = """\
+
+_MANUAL = """\
+print a new seal key (a kid:base64 line for BLAMEQUEUE_SEAL_KEYS)
+
+Make a new random 32-byte key for sealing payloads and errors at rest,
+printed as kid:base64, the format of BLAMEQUEUE_SEAL_KEYS entries (comma-separated,
+the first one seals).
+
 examples:
   blamequeue keygen
       print a new key line such as  k20250611-3fa2c1:Zm9v...=
@@ -30,16 +37,7 @@ format; to move to BLAMEQUEUE_SEAL_KEYS, copy that line after any new key.
 
 
 def add_parser(subparsers: Subparsers) -> None:
-    parser = add_command(
-        subparsers,
-        "keygen",
-        help="print a new seal key (a kid:base64 line for BLAMEQUEUE_SEAL_KEYS)",
-        description="Make a new random 32-byte key for sealing payloads and errors at rest,\n"
-        "printed as kid:base64, the format of BLAMEQUEUE_SEAL_KEYS entries (comma-separated,\n"
-        "the first one seals).",
-        epilog=_EPILOG,
-        run=run,
-    )
+    parser = add_command(subparsers, "keygen", _MANUAL, run=run)
     parser.add_argument(
         "--kid",
         metavar="NAME",

@@ -41,22 +41,51 @@ def _int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
 
 
+_ENQUEUE_MANUAL = """\
+add a job to a queue (payload as JSON) and print its id
+
+Enqueue one job on QUEUE and print its id.  PAYLOAD is JSON; '-' reads it from
+stdin; without it the payload is null.
+
+examples:
+  blamequeue enqueue emails '{"to": "ada@example.com"}'
+  blamequeue enqueue emails '"plain text"' --priority 10 --delay 60
+  echo '{"report": 7}' | blamequeue enqueue reports - --max-attempts 3
+  blamequeue enqueue emails '{}' --json        # {"job_id": ..., "queue": ...}
+  blamequeue enqueue digest '{}' --unique-key daily --unique-for 3600
+"""
+
+
+_TICK_MANUAL = """\
+run one batch of due jobs with a handler, then exit (cron, serverless)
+
+Sweep expired leases, lease at most --max due jobs of QUEUE, run MODULE:HANDLER on
+them, record the outcomes and exit: a worker for cron jobs and serverless functions.
+Handler failures are retried with backoff as usual (they do not fail the command).
+Exit code 1 when the backend refused to record an outcome (unsettled > 0).
+
+examples:
+  blamequeue tick emails app.tasks:send_email
+  blamequeue tick emails app.tasks:send_email --max 100 --concurrency 8 --json
+  */5 * * * *  cd /srv/app && blamequeue tick reports app.tasks:render --max 50
+"""
+
+
+_PURGE_MANUAL = """\
+delete every live job of a queue (asks first; the DLQ is kept)
+
+Delete every pending, inflight and parked job of QUEUE, and its retained done jobs.
+The dead-letter queue is kept (`blamequeue dlq purge`).  On a terminal it asks
+first; elsewhere (a script, a pipe) it refuses unless --yes.
+
+examples:
+  blamequeue purge emails
+  blamequeue purge emails --yes --json          # {"queue": ..., "deleted": 12}
+"""
+
+
 def add_parser(subparsers: Subparsers) -> None:
-    enqueue = add_queue_command(
-        subparsers,
-        "enqueue",
-        help="add a job to a queue (payload as JSON) and print its id",
-        description=(
-            "Enqueue one job on QUEUE and print its id.  PAYLOAD is JSON; '-' reads it from\n"
-            "stdin; without it the payload is null."
-        ),
-        examples='  blamequeue enqueue emails \'{"to": "ada@example.com"}\'\n'
-        "  blamequeue enqueue emails '\"plain text\"' --priority 10 --delay 60\n"
-        "  echo '{\"report\": 7}' | blamequeue enqueue reports - --max-attempts 3\n"
-        '  blamequeue enqueue emails \'{}\' --json        # {"job_id": ..., "queue": ...}\n'
-        "  blamequeue enqueue digest '{}' --unique-key daily --unique-for 3600\n",
-        run=_enqueue,
-    )
+    enqueue = add_queue_command(subparsers, "enqueue", _ENQUEUE_MANUAL, run=_enqueue)
     add_queue_argument(enqueue)
     enqueue.add_argument(
         "payload",
@@ -69,21 +98,7 @@ def add_parser(subparsers: Subparsers) -> None:
     add_json_option(enqueue)
     add_queue_options(enqueue)
 
-    tick = add_queue_command(
-        subparsers,
-        "tick",
-        help="run one batch of due jobs with a handler, then exit (cron, serverless)",
-        description=(
-            "Sweep expired leases, lease at most --max due jobs of QUEUE, run MODULE:HANDLER on\n"
-            "them, record the outcomes and exit: a worker for cron jobs and serverless functions.\n"
-            "Handler failures are retried with backoff as usual (they do not fail the command).\n"
-            "Exit code 1 when the backend refused to record an outcome (unsettled > 0)."
-        ),
-        examples="  blamequeue tick emails app.tasks:send_email\n"
-        "  blamequeue tick emails app.tasks:send_email --max 100 --concurrency 8 --json\n"
-        "  */5 * * * *  cd /srv/app && blamequeue tick reports app.tasks:render --max 50\n",
-        run=_tick,
-    )
+    tick = add_queue_command(subparsers, "tick", _TICK_MANUAL, run=_tick)
     add_queue_argument(tick)
     tick.add_argument(
         "target", metavar="MODULE:HANDLER", help="the handler, e.g. app.tasks:send_email"
@@ -102,18 +117,7 @@ def add_parser(subparsers: Subparsers) -> None:
     add_json_option(tick)
     add_queue_options(tick)
 
-    purge = add_queue_command(
-        subparsers,
-        "purge",
-        help="delete every live job of a queue (asks first; the DLQ is kept)",
-        description=(
-            "Delete every pending, inflight and parked job of QUEUE, and its retained done jobs.\n"
-            "The dead-letter queue is kept (`blamequeue dlq purge`).  On a terminal it asks\n"
-            "first; elsewhere (a script, a pipe) it refuses unless --yes."
-        ),
-        examples="  blamequeue purge emails\n"
-        '  blamequeue purge emails --yes --json          # {"queue": ..., "deleted": 12}\n',
-    )
+    purge = add_queue_command(subparsers, "purge", _PURGE_MANUAL)
     add_purge_options(purge, dead=False)
 
 

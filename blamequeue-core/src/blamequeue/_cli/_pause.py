@@ -29,13 +29,11 @@ def add_parser(subparsers: Subparsers) -> None:
             "Resume QUEUE: its workers lease again (within a second in other processes).",
         ),
     ]:
+        examples = (
+            f"examples:\n  blamequeue {command} emails\n  blamequeue {command} emails --json\n"
+        )
         parser = add_queue_command(
-            subparsers,
-            command,
-            help=summary,
-            description=detail,
-            examples=f"  blamequeue {command} emails\n  blamequeue {command} emails --json\n",
-            run=_run,
+            subparsers, command, f"{summary}\n\n{detail}\n\n{examples}", run=_run
         )
         add_queue_argument(parser)
         add_json_option(parser)

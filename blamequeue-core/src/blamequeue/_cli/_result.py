@@ -14,22 +14,23 @@ from ._running import EXIT_OK, Subparsers, non_negative_seconds
 __all__ = ["add_parser"]
 
 
+_MANUAL = """\
+print a job's result (its handler's return value), waiting up to --timeout
+
+Print the value JOB_ID's handler returned, as JSON.  A job still pending or
+running is waited for, up to --timeout seconds (default 0: look once).  Exit code
+3 when the backend holds no such job (a done job is kept only for retain_done
+seconds), 1 when the job failed (its last error is shown) or the time ran out.
+
+examples:
+  blamequeue result job-01J0ZK5V3G9YB6R2W8X4T1QH7C
+  blamequeue result job-01J0ZK5V3G9YB6R2W8X4T1QH7C --timeout 30
+  blamequeue result job-01J0ZK5V3G9YB6R2W8X4T1QH7C --json | jq .result
+"""
+
+
 def add_parser(subparsers: Subparsers) -> None:
-    parser = add_queue_command(
-        subparsers,
-        "result",
-        help="print a job's result (its handler's return value), waiting up to --timeout",
-        description=(
-            "Print the value JOB_ID's handler returned, as JSON.  A job still pending or\n"
-            "running is waited for, up to --timeout seconds (default 0: look once).  Exit code\n"
-            "3 when the backend holds no such job (a done job is kept only for retain_done\n"
-            "seconds), 1 when the job failed (its last error is shown) or the time ran out."
-        ),
-        examples="  blamequeue result job-01J0ZK5V3G9YB6R2W8X4T1QH7C\n"
-        "  blamequeue result job-01J0ZK5V3G9YB6R2W8X4T1QH7C --timeout 30\n"
-        "  blamequeue result job-01J0ZK5V3G9YB6R2W8X4T1QH7C --json | jq .result\n",
-        run=_result,
-    )
+    parser = add_queue_command(subparsers, "result", _MANUAL, run=_result)
     parser.add_argument("job_id", metavar="JOB_ID", help="the job's id (job-...)")
     parser.add_argument(
         "--timeout",

@@ -68,17 +68,22 @@ Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 def add_command(
     subparsers: Subparsers,
     name: str,
+    manual: str,
     *,
-    help: str,
-    description: str,
-    epilog: str,
     run: Callable[[argparse.Namespace], int] | None = None,
 ) -> argparse.ArgumentParser:
-    """A subcommand (or a subcommand's action) whose ``--help`` keeps the line breaks of its
-    description and epilog, and that ``main`` runs with ``run(args)`` (None: its actions do)."""
+    """A subcommand (or a subcommand's action) that ``main`` runs with ``run(args)`` (None: its
+    actions do).
+
+    ``manual`` is its help as it reads: the summary line ``blamequeue --help`` lists, a blank
+    line, the description (one paragraph), a blank line and the rest of ``--help`` (examples,
+    notes).  Line breaks are kept as written.
+    """
+    summary, _, rest = manual.partition("\n\n")
+    description, _, epilog = rest.partition("\n\n")
     parser = subparsers.add_parser(
         name,
-        help=help,
+        help=summary,
         description=description,
         epilog=epilog,
         formatter_class=argparse.RawDescriptionHelpFormatter,

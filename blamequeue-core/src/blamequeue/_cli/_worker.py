@@ -42,7 +42,16 @@ __all__ = ["add_handler_options", "add_parser", "load_handler", "run"]
 
 log = logging.getLogger("blamequeue.worker")
 
-_EPILOG = """\
+
+_LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+_MANUAL = """\
+run a handler over one or more queues until SIGINT/SIGTERM
+
+Run MODULE:HANDLER over the given queues until SIGINT or SIGTERM, then
+shut down gracefully.
+
 examples:
   blamequeue worker app.tasks:send_email --queue emails
   blamequeue worker app.tasks:send_email --queue emails --queue digests --concurrency 16
@@ -70,19 +79,9 @@ stopping:
   and exits 0 (130 after a second signal).
 """
 
-_LOG_LEVELS = ("debug", "info", "warning", "error")
-
 
 def add_parser(subparsers: Subparsers) -> None:
-    parser = add_command(
-        subparsers,
-        "worker",
-        help="run a handler over one or more queues until SIGINT/SIGTERM",
-        description="Run MODULE:HANDLER over the given queues until SIGINT or SIGTERM, then\n"
-        "shut down gracefully.",
-        epilog=_EPILOG,
-        run=run,
-    )
+    parser = add_command(subparsers, "worker", _MANUAL, run=run)
     parser.add_argument(
         "target",
         metavar="MODULE:HANDLER",
