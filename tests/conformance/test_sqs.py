@@ -3,7 +3,7 @@
 Every queue name of a test gets an SQS queue of its own (a templated ``queue_url`` and
 ``create_queues``), so names are isolated as on every backend.  The tests this backend skips,
 and why, come from its capabilities: no priorities, and leases kept by SQS itself
-(``native_lease``), which the suite's virtual clock cannot expire.
+(``store_clock``), which the suite's virtual clock cannot expire.
 """
 
 from __future__ import annotations

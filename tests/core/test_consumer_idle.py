@@ -11,7 +11,7 @@ import pytest
 
 from blamequeue import Job, JobContext, Queue, RateLimit
 from blamequeue._plugins import Registration, load_registry
-from blamequeue.abc import Lease
+from blamequeue.abc import Lease, WaitAndLease
 from blamequeue_testing._memory import MemoryBackend
 
 pytestmark = pytest.mark.anyio
@@ -30,7 +30,7 @@ class DeafBackend(MemoryBackend):
         await anyio.sleep(timeout)
 
 
-class LeasingWaitBackend(MemoryBackend):
+class LeasingWaitBackend(MemoryBackend, WaitAndLease):
     """Leases as its wait ends (what redis does in one exchange), and says how often."""
 
     protocol = "leasing-wait-memory"

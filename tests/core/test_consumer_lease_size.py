@@ -12,7 +12,7 @@ import pytest
 
 from blamequeue import Job, JobContext, Queue
 from blamequeue._plugins import Registration, load_registry
-from blamequeue.abc import Lease
+from blamequeue.abc import Lease, OverlappedLease
 from blamequeue_testing._memory import MemoryBackend
 
 pytestmark = pytest.mark.anyio
@@ -32,7 +32,7 @@ class CountingBackend(MemoryBackend):
         return await super().lease(queue, **kwargs)
 
 
-class ServerLikeBackend(CountingBackend):
+class ServerLikeBackend(CountingBackend, OverlappedLease):
     protocol = "server-like-memory"
 
     @property

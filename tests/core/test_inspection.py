@@ -6,7 +6,7 @@ inspection.)"""
 from __future__ import annotations
 
 import base64
-from typing import Any, ClassVar
+from typing import Any
 
 import anyio
 import pytest
@@ -14,32 +14,21 @@ import pytest
 from blamequeue import Job, JobContext, Queue, QueueError
 from blamequeue._plugins import Registration, load_registry
 from blamequeue._presence import HEARTBEAT_INTERVAL, LIVE_FOR
-from blamequeue.abc import Backend, Capabilities, JobCursor, WorkerRecord
+from blamequeue.abc import JobCursor, WorkerRecord
 from blamequeue.errors import BackendUnavailableError, UnsupportedError
 from blamequeue_testing import MemoryBackend, VirtualClock
+from testing.required_only import RequiredOnlyBackend
 
 pytestmark = pytest.mark.anyio
 
 HANG_GUARD = 10.0
 
 
-class UninspectableBackend(MemoryBackend):
-    """A memory store that keeps the contract's defaults for every inspection method, like a
-    third-party backend written before inspection existed."""
+class UninspectableBackend(RequiredOnlyBackend):
+    """A store without the Inspection facet, as a third-party backend written before
+    inspection existed."""
 
     protocol = "uninspectable"
-    capabilities: ClassVar[Capabilities] = Capabilities(ephemeral=True)
-    heartbeats = 0
-
-    get_job = Backend.get_job  # type: ignore[assignment]
-    list_jobs = Backend.list_jobs  # type: ignore[assignment]
-    queue_counts = Backend.queue_counts  # type: ignore[assignment]
-    worker_gone = Backend.worker_gone  # type: ignore[assignment]
-    list_workers = Backend.list_workers  # type: ignore[assignment]
-
-    async def worker_heartbeat(self, worker: WorkerRecord) -> None:
-        UninspectableBackend.heartbeats += 1
-        await Backend.worker_heartbeat(self, worker)
 
 
 class FlakyRegistryBackend(MemoryBackend):
@@ -59,7 +48,6 @@ def register(monkeypatch: pytest.MonkeyPatch) -> None:
     protocols = load_registry().protocols
     for cls in (UninspectableBackend, FlakyRegistryBackend):
         monkeypatch.setitem(protocols, cls.protocol, Registration(value=cls, plugin="tests"))
-    monkeypatch.setattr(UninspectableBackend, "heartbeats", 0)
     monkeypatch.setattr(FlakyRegistryBackend, "down", False)
 
 
@@ -97,7 +85,7 @@ async def test_each_inspection_call_on_a_backend_without_it_is_refused_naming_th
 
 
 @pytest.mark.usefixtures("register")
-async def test_a_consumer_asks_a_backend_without_a_registry_once_and_runs_on() -> None:
+async def test_a_consumer_on_a_backend_without_a_registry_runs_on() -> None:
     clock = VirtualClock()
     async with _queue("uninspectable", clock) as queue:
         handled = anyio.Event()
@@ -111,7 +99,6 @@ async def test_a_consumer_asks_a_backend_without_a_registry_once_and_runs_on() -
         with anyio.fail_after(HANG_GUARD):
             await handled.wait()
         await _stopped(consumer)
-        assert UninspectableBackend.heartbeats == 1
         [status] = queue.list_backends()
         assert status.breaker_state == "closed"
 

@@ -27,7 +27,6 @@ from blamequeue._sealing import (
     new_key_line,
     parse_seal_config,
 )
-from blamequeue.abc import Capabilities
 from blamequeue.errors import ConfigError
 from blamequeue_testing import MemoryBackend, VirtualClock
 
@@ -286,14 +285,15 @@ class SharedServerBackend(MemoryBackend):
     """Stands in for redis / sqs: its payloads would leave the process."""
 
     protocol = "shared-server"
-    capabilities = Capabilities(requires_seal_key=True)
+    requires_seal_key = True
+    ephemeral = False
 
 
 class DurableNoPathBackend(MemoryBackend):
     """A durable store with nowhere to keep a key file."""
 
     protocol = "durable-no-path"
-    capabilities = Capabilities()
+    ephemeral = False
 
 
 @pytest.fixture

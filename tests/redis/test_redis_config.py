@@ -47,7 +47,7 @@ def test_capabilities() -> None:
     assert caps.delay
     assert caps.cross_process_wakeup
     assert caps.requires_seal_key
-    assert not caps.native_lease
+    assert not caps.store_clock
     assert caps.async_libraries == frozenset({"asyncio", "trio"})
 
 

@@ -101,7 +101,7 @@ def cannot(caps: Capabilities) -> set[str]:
         out |= {path for path in PATHS if path.startswith("batch-") or path == "schedule"}
     if not caps.results:
         out.add("result")
-    if caps.native_lease:  # the store keeps the lease: a retry cannot rewrite the job
+    if caps.store_clock:  # the store keeps the lease: a retry cannot rewrite the job
         out.add("error-retry")
     return out
 

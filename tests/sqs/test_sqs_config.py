@@ -40,7 +40,13 @@ def test_plugin_registers_protocol_sqs() -> None:
 
 def test_capabilities_state_the_sqs_model() -> None:
     caps = SqsBackend.capabilities
-    assert (caps.native_lease, caps.priority, caps.flows, caps.dlq) == (True, False, False, True)
+    assert (caps.store_clock, caps.keeps_done, caps.priority, caps.flows, caps.dlq) == (
+        True,
+        False,
+        False,
+        False,
+        True,
+    )
     assert caps.requires_seal_key is True
     assert caps.async_libraries == frozenset({"asyncio", "trio"})
 

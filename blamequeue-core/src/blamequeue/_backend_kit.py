@@ -29,7 +29,7 @@ import attrs
 from .errors import BadArgumentError
 
 if TYPE_CHECKING:
-    from .abc import JobState, Settlement
+    from ._backend_values import JobState, Settlement
 
 __all__ = [
     "SETTLEMENT_OUTCOMES",

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import anyio
 
 from ._inspection import check_job_id
+from .abc import Cancellation
 from .errors import NotFoundError, UnsupportedError
 
 if TYPE_CHECKING:
@@ -31,14 +32,14 @@ async def cancel_job(runtime: BackendRuntime, job_id: str) -> bool:
     """Cancel ``job_id`` on ``runtime``'s backend: True when this call cancelled it (it was
     pending, delayed, parked or running), False when it had already finished."""
     check_job_id(job_id)
-    backend = runtime.backend
-    if not backend.capabilities.cancel:
+    if not runtime.backend.capabilities.cancel:
         raise UnsupportedError(
             "queue/cancel-unsupported",
             f"backend {runtime.name!r} (protocol {runtime.protocol!r}) cannot cancel a job by "
             f"id; cancel jobs on a backend whose capabilities include cancel ('local', "
             f"'memory', 'redis'), or make the handler skip the job",
         )
+    backend = Cancellation.of(runtime.backend)
     outcome = await runtime.call("cancel", lambda: backend.cancel(job_id, now=runtime.clock.now()))
     if outcome is None:
         raise NotFoundError(

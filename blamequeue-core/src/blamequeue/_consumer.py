@@ -25,7 +25,7 @@ from ._models import RateLimit
 from ._pause import PAUSE_CHECK, is_paused
 from ._presence import Presence
 from ._runtime import BackendRuntime
-from .abc import Lease, LeaseLimits
+from .abc import Lease, LeaseLimits, OverlappedLease, WaitAndLease
 from .errors import QueueError
 
 __all__ = ["Consumer", "ConsumerStats"]
@@ -84,7 +84,8 @@ class Consumer:
         # handlers run one half, the next lease and the previous half's settlement are on
         # their way, so the server works while this process does (else the two take turns).
         self._lease_chunk = concurrency
-        if runtime.backend.overlapped_lease:
+        backend = runtime.backend
+        if isinstance(backend, OverlappedLease) and backend.overlapped_lease:
             self._lease_chunk = max(1, (concurrency + 1) // 2)
         self._held = 0
         self._running: dict[str, tuple[Attempt, anyio.CancelScope]] = {}
@@ -366,7 +367,7 @@ class Consumer:
             ):
                 backend = runtime.backend
                 try:
-                    if lease > 0:
+                    if lease > 0 and isinstance(backend, WaitAndLease):
                         taken = await backend.wait_and_lease(
                             self.queue_name,
                             timeout=timeout,

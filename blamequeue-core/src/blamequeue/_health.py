@@ -27,6 +27,7 @@ from ._models import BackendStatus, BreakerState, WorkerInfo
 from ._presence import LIVE_FOR
 from ._runtime import BackendRuntime
 from ._validation import MAX_SECONDS
+from .abc import Inspection
 from .errors import BadArgumentError, QueueError
 
 if TYPE_CHECKING:
@@ -192,7 +193,7 @@ def _past(
 async def _backend_health(
     runtime: BackendRuntime, thresholds: HealthThresholds, now: float
 ) -> tuple[list[QueueHealth], list[WorkerInfo], list[HealthAlert]]:
-    backend = runtime.backend
+    backend = Inspection.of(runtime.backend)
     alerts: list[HealthAlert] = []
     counts = await runtime.call("queue_counts", backend.queue_counts)
     records = await runtime.call(

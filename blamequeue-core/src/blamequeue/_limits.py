@@ -16,7 +16,7 @@ from typing import Any
 from ._models import RateLimit
 from ._runtime import BackendRuntime
 from ._validation import check_positive_int
-from .abc import Lease, LeaseLimits
+from .abc import GroupLimits, Lease, LeaseLimits, RateLimits
 from .errors import BadArgumentError, UnsupportedError
 
 __all__ = ["check_group_key", "lease_call", "parse_lease_limits"]
@@ -78,7 +78,8 @@ def lease_call(
     backend = runtime.backend
     if limits is None:
         return lambda: backend.lease(queue, limit=limit, now=now, lease_seconds=lease_seconds)
-    return lambda: backend.lease_limited(
+    limited = RateLimits.of(backend) if limits.rate_max is not None else GroupLimits.of(backend)
+    return lambda: limited.lease_limited(
         queue, limit=limit, now=now, lease_seconds=lease_seconds, limits=limits
     )
 

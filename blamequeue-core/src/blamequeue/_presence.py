@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import anyio
 
 from ._ids import new_id
-from .abc import WorkerRecord
+from .abc import Inspection, WorkerRecord
 from .errors import QueueError, UnsupportedError
 
 if TYPE_CHECKING:
@@ -48,7 +48,7 @@ class Presence:
         self._host = socket.gethostname()
         self._pid = os.getpid()
         self._started_at = runtime.clock.now()
-        self._supported = True
+        self._supported = isinstance(runtime.backend, Inspection)
         self._registered = False
         self._last_beat = self._started_at
 
@@ -72,9 +72,9 @@ class Presence:
         """Write the record now (the first call registers the worker)."""
         if not self._supported:
             return
-        backend = self._runtime.backend
         self._last_beat = self._runtime.clock.now()
         try:
+            backend = Inspection.of(self._runtime.backend)
             await self._runtime.call(
                 "worker_heartbeat", functools.partial(backend.worker_heartbeat, self.record())
             )
@@ -101,9 +101,9 @@ class Presence:
         if not self._registered:
             return
         self._registered = False
-        backend = self._runtime.backend
         with anyio.move_on_after(_LEAVE_TIMEOUT, shield=True):
             try:
+                backend = Inspection.of(self._runtime.backend)
                 await self._runtime.call(
                     "worker_gone", functools.partial(backend.worker_gone, self.id)
                 )

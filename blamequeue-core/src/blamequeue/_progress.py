@@ -21,7 +21,7 @@ from ._clock import to_datetime
 from ._codec import dumps, job_place
 from ._job_seals import error_place
 from ._results import LIVE_STATES, POLL_MAX, get_stored, not_found
-from .abc import JobWatch, StoredJob
+from .abc import JobEvents, JobWatch, StoredJob
 from .errors import BadArgumentError, QueueError, ResultTimeoutError, UnsupportedError
 
 if TYPE_CHECKING:
@@ -72,7 +72,7 @@ async def publish_progress(runtime: BackendRuntime, job: Job, percent: float, da
     # the same way everywhere.
     text = dumps({"percent": float(percent), "data": data, "at": now}, runtime.max_payload_bytes)
     event = runtime.codec.seal_text(text, progress_place(job.queue, job.id))
-    if not backend.capabilities.progress_events:
+    if not isinstance(backend, JobEvents):
         return
     try:
         await backend.publish_progress(job.id, event, now=now)

@@ -85,7 +85,7 @@ from ._validation import (
     check_priority,
     check_queue_name,
 )
-from .abc import Clock, NewJob, StoredJob
+from .abc import Clock, DeadLetters, Flows, Inspection, NewJob, StoredJob
 from .errors import (
     BadArgumentError,
     ConfigError,
@@ -892,7 +892,7 @@ class Queue:
             raise BadArgumentError(
                 "queue/bad-argument", f"flow_id must be a non-empty string, got {flow_id!r}"
             )
-        rows = await runtime.call("flow_jobs", lambda: runtime.backend.flow_jobs(flow_id))
+        rows = await runtime.call("flow_jobs", lambda: Flows.of(runtime.backend).flow_jobs(flow_id))
         if not rows:
             raise NotFoundError(
                 "queue/job-not-found",
@@ -1095,7 +1095,7 @@ class Queue:
         if limit is not None:
             check_positive_int(limit, "limit")
         rows = await runtime.call(
-            "dlq_list", lambda: runtime.backend.dlq_list(queue_name, limit=limit)
+            "dlq_list", lambda: DeadLetters.of(runtime.backend).dlq_list(queue_name, limit=limit)
         )
         return [to_dead_letter(runtime, row) for row in rows]
 
@@ -1107,7 +1107,8 @@ class Queue:
                 "queue/bad-argument", f"job_id must be a non-empty string, got {job_id!r}"
             )
         stored = await runtime.call(
-            "dlq_retry", lambda: runtime.backend.dlq_retry(job_id, now=self._clock.now())
+            "dlq_retry",
+            lambda: DeadLetters.of(runtime.backend).dlq_retry(job_id, now=self._clock.now()),
         )
         if stored is None:
             return False
@@ -1144,12 +1145,16 @@ class Queue:
     async def dlq_size(self, queue_name: str, *, backend: str | None = None) -> int:
         runtime = self._dlq_runtime(backend)
         check_queue_name(queue_name)
-        return await runtime.call("dlq_size", lambda: runtime.backend.dlq_size(queue_name))
+        return await runtime.call(
+            "dlq_size", lambda: DeadLetters.of(runtime.backend).dlq_size(queue_name)
+        )
 
     async def dlq_purge(self, queue_name: str, *, backend: str | None = None) -> int:
         runtime = self._dlq_runtime(backend)
         check_queue_name(queue_name)
-        count = await runtime.call("dlq_purge", lambda: runtime.backend.dlq_purge(queue_name))
+        count = await runtime.call(
+            "dlq_purge", lambda: DeadLetters.of(runtime.backend).dlq_purge(queue_name)
+        )
         await self._auditor.emit(
             "system.queue.dlq.purge",
             backend=runtime.name,
@@ -1168,14 +1173,18 @@ class Queue:
         """
         runtime = self._runtime(backend)
         check_job_id(job_id)
-        stored = await runtime.call("get_job", lambda: runtime.backend.get_job(job_id))
+        stored = await runtime.call(
+            "get_job", lambda: Inspection.of(runtime.backend).get_job(job_id)
+        )
         return None if stored is None else to_job(runtime, stored)
 
     async def job_info(self, job_id: str, *, backend: str | None = None) -> JobInfo | None:
         """The job with ``job_id`` and its state (:class:`JobInfo`), or ``None``."""
         runtime = self._runtime(backend)
         check_job_id(job_id)
-        stored = await runtime.call("get_job", lambda: runtime.backend.get_job(job_id))
+        stored = await runtime.call(
+            "get_job", lambda: Inspection.of(runtime.backend).get_job(job_id)
+        )
         return None if stored is None else to_job_info(runtime, stored)
 
     async def list_jobs(
@@ -1202,7 +1211,9 @@ class Queue:
         cursor = check_cursor(cursor)
         page = await runtime.call(
             "list_jobs",
-            lambda: runtime.backend.list_jobs(queue_name, state=wanted, limit=limit, cursor=cursor),
+            lambda: Inspection.of(runtime.backend).list_jobs(
+                queue_name, state=wanted, limit=limit, cursor=cursor
+            ),
         )
         return JobPage(
             jobs=[to_job_info(runtime, stored) for stored in page.jobs],
@@ -1212,7 +1223,7 @@ class Queue:
     async def queues(self, *, backend: str | None = None) -> list[QueueInfo]:
         """Every queue of the backend that holds jobs, by name, with its count per state."""
         runtime = self._runtime(backend)
-        counts = await runtime.call("queue_counts", runtime.backend.queue_counts)
+        counts = await runtime.call("queue_counts", Inspection.of(runtime.backend).queue_counts)
         return [to_queue_info(runtime.name, name, counts[name]) for name in sorted(counts)]
 
     async def metrics(
@@ -1265,7 +1276,8 @@ class Queue:
         runtime = self._runtime(backend)
         alive_since = self._clock.now() - LIVE_FOR
         records = await runtime.call(
-            "list_workers", lambda: runtime.backend.list_workers(alive_since=alive_since)
+            "list_workers",
+            lambda: Inspection.of(runtime.backend).list_workers(alive_since=alive_since),
         )
         return [to_worker_info(runtime.name, record) for record in records]
 

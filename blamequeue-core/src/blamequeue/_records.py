@@ -16,7 +16,7 @@ from typing import Any
 
 from ._codec import compact_json
 from ._runtime import BackendRuntime
-from .abc import Record, _records_unsupported
+from .abc import Record, Records
 from .errors import BadArgumentError
 
 __all__ = ["RecordStore", "decode_value"]
@@ -64,8 +64,7 @@ class RecordStore:
     """Shared records of one backend, with the queue's clock and breaker."""
 
     def __init__(self, runtime: BackendRuntime) -> None:
-        if not runtime.backend.capabilities.records:
-            raise _records_unsupported(runtime.backend)
+        self.backend = Records.of(runtime.backend)
         self.runtime = runtime
 
     @property
@@ -88,7 +87,7 @@ class RecordStore:
         _check_name("kind", kind)
         _check_name("key", key)
         data = compact_json(value).encode()
-        backend, now = self.runtime.backend, self.now()
+        backend, now = self.backend, self.now()
         return await self.runtime.call(
             "record_put",
             lambda: backend.record_put(
@@ -97,7 +96,7 @@ class RecordStore:
         )
 
     async def get(self, kind: str, key: str) -> Record | None:
-        backend, now = self.runtime.backend, self.now()
+        backend, now = self.backend, self.now()
         return await self.runtime.call("record_get", lambda: backend.record_get(kind, key, now=now))
 
     async def get_value(self, kind: str, key: str) -> Any:
@@ -107,13 +106,13 @@ class RecordStore:
     async def get_many(self, kind: str, keys: Sequence[str]) -> list[Record | None]:
         if not keys:
             return []
-        backend, now, wanted = self.runtime.backend, self.now(), list(keys)
+        backend, now, wanted = self.backend, self.now(), list(keys)
         return await self.runtime.call(
             "record_get_many", lambda: backend.record_get_many(kind, wanted, now=now)
         )
 
     async def list(self, kind: str, *, prefix: str = "", limit: int | None = None) -> list[Record]:
-        backend, now = self.runtime.backend, self.now()
+        backend, now = self.backend, self.now()
         return await self.runtime.call(
             "record_list",
             lambda: backend.record_list(kind, now=now, prefix=prefix, limit=limit),
@@ -131,7 +130,7 @@ class RecordStore:
         """Add to counters of ``(kind, key)``; see :meth:`Backend.record_add`."""
         _check_name("kind", kind)
         _check_name("key", key)
-        backend, now, changes = self.runtime.backend, self.now(), _check_deltas(deltas)
+        backend, now, changes = self.backend, self.now(), _check_deltas(deltas)
         return await self.runtime.call(
             "record_add",
             lambda: backend.record_add(
@@ -140,5 +139,5 @@ class RecordStore:
         )
 
     async def delete(self, kind: str, key: str) -> bool:
-        backend = self.runtime.backend
+        backend = self.backend
         return await self.runtime.call("record_delete", lambda: backend.record_delete(kind, key))

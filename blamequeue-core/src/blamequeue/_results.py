@@ -22,7 +22,7 @@ from ._flows import flow_name
 from ._job_seals import error_place
 from ._runtime import BackendRuntime
 from ._validation import MAX_SECONDS_TEXT, is_duration
-from .abc import JobWatch, StoredJob
+from .abc import Flows, Inspection, JobWatch, StoredJob
 from .errors import (
     BadArgumentError,
     JobFailedError,
@@ -161,7 +161,7 @@ def outcome(runtime: BackendRuntime, stored: StoredJob) -> Any:
 
 
 async def get_stored(runtime: BackendRuntime, job_id: str) -> StoredJob | None:
-    backend = runtime.backend
+    backend = Inspection.of(runtime.backend)
     return await runtime.call("get_job", lambda: backend.get_job(job_id))
 
 
@@ -211,7 +211,7 @@ async def dependency_results(
     if flow_id is None:
         return {}
     require_results(runtime, "hand a flow job its dependencies' results")
-    backend = runtime.backend
+    backend = Flows.of(runtime.backend)
     rows = await runtime.call("flow_jobs", lambda: backend.flow_jobs(flow_id))
     by_id = {row.id: row for row in rows}
     me = by_id.get(job_id)

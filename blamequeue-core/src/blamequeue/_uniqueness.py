@@ -17,7 +17,7 @@ import attrs
 
 from ._runtime import BackendRuntime
 from ._validation import check_positive_seconds
-from .abc import NewJob
+from .abc import NewJob, Uniqueness
 from .errors import BadArgumentError, UnsupportedError
 
 __all__ = ["DEDUPLICATED", "UniqueClaim", "enqueue_unique", "refuse_in_batch", "unique_claim"]
@@ -101,7 +101,7 @@ async def enqueue_unique(runtime: BackendRuntime, job: NewJob, claim: UniqueClai
     hold_until = None if claim.hold_for is None else now + claim.hold_for
     holder = await runtime.call(
         "enqueue",
-        lambda: runtime.backend.enqueue_unique(
+        lambda: Uniqueness.of(runtime.backend).enqueue_unique(
             job, unique_key=claim.key, hold_until=hold_until, now=now
         ),
     )

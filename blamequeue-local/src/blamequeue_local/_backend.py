@@ -25,23 +25,31 @@ import anyio.to_thread
 
 from blamequeue.abc import (
     JOB_STATES,
-    Backend,
     BackendContext,
+    Cancellation,
     CancelOutcome,
-    Capabilities,
+    DeadLetters,
+    Flows,
+    GroupLimits,
     JobCursor,
+    JobEvents,
     JobState,
     JobWatch,
     Lease,
     LeaseLimits,
     NewJob,
     QueueStats,
+    RateLimits,
     Record,
+    Records,
+    Results,
     Settlement,
     StoredJob,
     StoredJobPage,
     StoreGuard,
     SweepResult,
+    Uniqueness,
+    Wakeup,
     WorkerRecord,
     check_settlements,
     compact_json,
@@ -150,7 +158,18 @@ def _leases(rows: list[Row], token: str, expires_at: float) -> list[Lease]:
     return [Lease(job=stored_job(row), token=token, expires_at=expires_at) for row in rows]
 
 
-class LocalBackend(Backend):
+class LocalBackend(
+    Cancellation,
+    DeadLetters,
+    Flows,
+    GroupLimits,
+    JobEvents,
+    RateLimits,
+    Records,
+    Results,
+    Uniqueness,
+    Wakeup,
+):
     """Jobs in a SQLite table: the embedded default backend (protocol ``local``).
 
     Options (all optional):
@@ -174,20 +193,6 @@ class LocalBackend(Backend):
     """
 
     protocol: ClassVar[str] = "local"
-    capabilities: ClassVar[Capabilities] = Capabilities(
-        dlq=True,
-        flows=True,
-        cross_process_wakeup=True,
-        inspection=True,
-        unique=True,
-        results=True,
-        progress_events=True,
-        cancel=True,
-        async_libraries=frozenset({"asyncio", "trio"}),
-        global_rate_limit=True,
-        group_limits=True,
-        records=True,
-    )
 
     def __init__(self, options: Mapping[str, Any], context: BackendContext) -> None:
         super().__init__(options, context)

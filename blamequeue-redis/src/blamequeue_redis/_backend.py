@@ -27,23 +27,32 @@ import anyio.to_thread
 
 from blamequeue.abc import (
     JOB_STATES,
-    Backend,
     BackendContext,
+    Cancellation,
     CancelOutcome,
-    Capabilities,
+    DeadLetters,
+    Flows,
+    GroupLimits,
     JobCursor,
+    JobEvents,
     JobState,
     JobWatch,
     Lease,
     LeaseLimits,
     NewJob,
+    OverlappedLease,
     QueueStats,
+    RateLimits,
     Record,
+    Records,
+    Results,
     Settlement,
     StoredJob,
     StoredJobPage,
     StoreGuard,
     SweepResult,
+    Uniqueness,
+    WaitAndLease,
     WorkerRecord,
     check_settlements,
     compact_json,
@@ -260,7 +269,19 @@ def _token_queue(token: str) -> str | None:
     return token[_TOKEN_HEX + 1 :]
 
 
-class RedisBackend(Backend):
+class RedisBackend(
+    Cancellation,
+    DeadLetters,
+    Flows,
+    GroupLimits,
+    JobEvents,
+    OverlappedLease,
+    RateLimits,
+    Records,
+    Results,
+    Uniqueness,
+    WaitAndLease,
+):
     """Jobs in Redis (protocol ``redis``): atomic Lua transitions, blocking waits, Cluster-safe.
 
     Options:
@@ -285,24 +306,7 @@ class RedisBackend(Backend):
     """
 
     protocol: ClassVar[str] = "redis"
-    capabilities: ClassVar[Capabilities] = Capabilities(
-        dlq=True,
-        flows=True,
-        native_lease=False,
-        priority=True,
-        delay=True,
-        cross_process_wakeup=True,
-        requires_seal_key=True,
-        inspection=True,
-        unique=True,
-        results=True,
-        progress_events=True,
-        cancel=True,
-        async_libraries=frozenset({"asyncio", "trio"}),
-        global_rate_limit=True,
-        group_limits=True,
-        records=True,
-    )
+    requires_seal_key: ClassVar[bool] = True
 
     def __init__(self, options: Mapping[str, Any], context: BackendContext) -> None:
         super().__init__(options, context)

@@ -57,14 +57,16 @@ from typing import Any, ClassVar, Final
 import anyio
 
 from blamequeue.abc import (
-    Backend,
     BackendContext,
-    Capabilities,
     Lease,
     NewJob,
     Settlement,
     StoredJob,
     SweepResult,
+    Wakeup,
+)
+from blamequeue.abc import (
+    DeadLetters as DeadLettersFacet,
 )
 from blamequeue_sqs._dead_letters import DeadLetters
 from blamequeue_sqs._inbox import Inbox, close_client
@@ -84,7 +86,7 @@ log = logging.getLogger("blamequeue.sqs")
 _CLIENT_LOCK: Final = threading.Lock()
 
 
-class SqsBackend(Backend):
+class SqsBackend(DeadLettersFacet, Wakeup):
     """Jobs as messages of AWS SQS queues (protocol ``sqs``).
 
     Options:
@@ -116,16 +118,12 @@ class SqsBackend(Backend):
     """
 
     protocol: ClassVar[str] = "sqs"
-    capabilities: ClassVar[Capabilities] = Capabilities(
-        dlq=True,
-        flows=False,
-        native_lease=True,
-        priority=False,
-        delay=True,
-        cross_process_wakeup=True,
-        requires_seal_key=True,
-        async_libraries=frozenset({"asyncio", "trio"}),
-    )
+    # A message queue: SQS keeps visibility timeouts and delays on its own clock, orders by
+    # no priority, and deletes a message when its job completes.
+    priority: ClassVar[bool] = False
+    requires_seal_key: ClassVar[bool] = True
+    store_clock: ClassVar[bool] = True
+    keeps_done: ClassVar[bool] = False
     # An SQS message carries at most 262,144 bytes (body and attributes).  A payload's JSON
     # of N bytes travels sealed, as "bq1:<key id, at most 64 characters>:" and the base64 of a
     # 24-byte nonce, a 16-byte MAC, the 26-character binding to its place and the N bytes:

@@ -38,11 +38,14 @@ import anyio.lowlevel
 from blamequeue.abc import (
     JOB_STATES,
     UNIQUE_HOLDING_STATES,
-    Backend,
     BackendContext,
+    Cancellation,
     CancelOutcome,
-    Capabilities,
+    DeadLetters,
+    Flows,
+    GroupLimits,
     JobCursor,
+    JobEvents,
     JobState,
     JobWatch,
     Lease,
@@ -50,11 +53,15 @@ from blamequeue.abc import (
     NewJob,
     OptionReader,
     QueueStats,
+    RateLimits,
     Record,
+    Records,
+    Results,
     Settlement,
     StoredJob,
     StoredJobPage,
     SweepResult,
+    Uniqueness,
     WorkerRecord,
     check_settlements,
     outcome_rule,
@@ -404,7 +411,17 @@ def _shared_store(namespace: str) -> _Store:
         return store
 
 
-class MemoryBackend(Backend):
+class MemoryBackend(
+    Cancellation,
+    DeadLetters,
+    Flows,
+    GroupLimits,
+    JobEvents,
+    RateLimits,
+    Records,
+    Results,
+    Uniqueness,
+):
     """The ``memory`` protocol: full blamequeue semantics (SPEC §3) in process memory.
 
     Nothing survives the process.  ``{"protocol": "memory"}`` gives a private store per backend;
@@ -414,21 +431,7 @@ class MemoryBackend(Backend):
     """
 
     protocol: ClassVar[str] = "memory"
-    capabilities: ClassVar[Capabilities] = Capabilities(
-        dlq=True,
-        flows=True,
-        native_lease=False,
-        cross_process_wakeup=False,
-        ephemeral=True,
-        inspection=True,
-        global_rate_limit=True,
-        group_limits=True,
-        unique=True,
-        results=True,
-        progress_events=True,
-        cancel=True,
-        records=True,
-    )
+    ephemeral: ClassVar[bool] = True
 
     def __init__(self, options: Mapping[str, Any], context: BackendContext) -> None:
         super().__init__(options, context)

@@ -91,6 +91,7 @@ from ._conformance.size_and_purge import TestPurge, TestSize
 from ._conformance.tick import TestTick
 from ._conformance.timeouts import TestTimeouts
 from ._conformance.unique import TestUniqueArguments, TestUniqueJobs, TestWithoutUniqueJobs
+from ._conformance.waiting import TestWaitAndLease, TestWakeup
 
 __all__ = [
     "AuditRecorder",
@@ -145,6 +146,8 @@ __all__ = [
     "TestUniqueArguments",
     "TestUniqueJobs",
     "TestTimeouts",
+    "TestWaitAndLease",
+    "TestWakeup",
     "TestWithoutBatches",
     "TestWithoutCancel",
     "TestWithoutDeadLetterQueue",

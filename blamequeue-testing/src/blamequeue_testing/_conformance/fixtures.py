@@ -169,15 +169,16 @@ class Conformance:
 
     # -- capabilities ----------------------------------------------------------------------
     def require(self, flag: str, why: str) -> None:
-        """Skip the test, saying so, when the backend does not declare capability ``flag``."""
+        """Skip the test, saying so, when the backend lacks capability ``flag`` (a facet it
+        does not inherit, or a trait it does not have)."""
         if not getattr(self.capabilities, flag):
-            pytest.skip(f"backend declares {flag}=False: {why}")
+            pytest.skip(f"backend lacks {flag} (see its facets and traits): {why}")
 
     def require_virtual_leases(self) -> None:
         """Skip when the store keeps lease time itself, so the virtual clock cannot expire it."""
-        if self.capabilities.native_lease:
+        if self.capabilities.store_clock:
             pytest.skip(
-                "backend declares native_lease=True: its store expires leases on its own clock, "
+                "backend declares store_clock=True: its store expires leases on its own clock, "
                 "which the virtual clock of this suite cannot move"
             )
 
@@ -187,19 +188,19 @@ class Conformance:
             pytest.skip(f"bq_backend_config sets {key!r}; this test checks its default")
 
     def require_virtual_time(self, why: str) -> None:
-        """Skip when the store keeps time itself (``native_lease``: SQS's visibility timeouts
+        """Skip when the store keeps time itself (``store_clock``: SQS's visibility timeouts
         and delay timers), so moving the virtual clock does not make a job due."""
-        if self.capabilities.native_lease:
+        if self.capabilities.store_clock:
             pytest.skip(
-                f"backend declares native_lease=True: its store keeps retry delays and delays on "
+                f"backend declares store_clock=True: its store keeps retry delays and delays on "
                 f"its own clock, which the virtual clock of this suite cannot move ({why})"
             )
 
     def require_retained_done_jobs(self) -> None:
         """Skip when completing a job deletes it from the store (SQS deletes the message)."""
-        if self.capabilities.native_lease:
+        if not self.capabilities.keeps_done:
             pytest.skip(
-                "backend declares native_lease=True: its store (a message queue) deletes a "
+                "backend declares keeps_done=False: its store (a message queue) deletes a "
                 "job's message when it completes, so no done job is retained"
             )
 

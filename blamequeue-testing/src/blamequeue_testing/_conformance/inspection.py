@@ -27,7 +27,7 @@ from blamequeue import (
     QueueInfo,
     WorkerInfo,
 )
-from blamequeue.abc import WorkerRecord
+from blamequeue.abc import Inspection, WorkerRecord
 from blamequeue.errors import UnsupportedError
 
 from .fixtures import BACKEND, SAFETY_NET, Conformance, fail, succeed, wait_until
@@ -457,7 +457,7 @@ class TestWorkers:
         self, conformance: Conformance
     ) -> None:
         q, name = conformance.queue, conformance.name
-        backend = q._runtimes[BACKEND].backend  # a crashed worker's leftover record
+        backend = Inspection.of(q._runtimes[BACKEND].backend)  # a dead worker's leftover
         now = conformance.now()
         record = WorkerRecord(
             id=f"worker-{name}",

@@ -10,10 +10,11 @@ from __future__ import annotations
 import pytest
 
 from blamequeue import HealthThresholds, Job, JobContext, QueueError
+from blamequeue.abc import Inspection
 
 from .fixtures import Conformance
-
 from .requirements import requires
+
 __all__ = ["TestHealth", "TestMetrics", "TestQueueStats"]
 
 
@@ -23,18 +24,18 @@ class TestQueueStats:
         conformance.require_virtual_time("due times are read from the queue's clock")
         queue, name = conformance.queue, conformance.name
         runtime = queue._runtime(None)
-        stats = await runtime.backend.queue_stats(name, now=conformance.now())
+        stats = await Inspection.of(runtime.backend).queue_stats(name, now=conformance.now())
         assert (stats.delayed, stats.oldest_due_at) == (0, None)
         first_at = conformance.now()
         await queue.enqueue(name, "a", priority=1)
         conformance.clock.advance(5)
         await queue.enqueue(name, "b", priority=9)  # leased first, but waited less
         await queue.enqueue(name, "later", delay=1000)
-        stats = await runtime.backend.queue_stats(name, now=conformance.now())
+        stats = await Inspection.of(runtime.backend).queue_stats(name, now=conformance.now())
         assert stats.delayed == 1
         assert stats.oldest_due_at == pytest.approx(first_at)
         conformance.clock.advance(1000)  # the delayed job is due now, and waited least
-        stats = await runtime.backend.queue_stats(name, now=conformance.now())
+        stats = await Inspection.of(runtime.backend).queue_stats(name, now=conformance.now())
         assert stats.delayed == 0
         assert stats.oldest_due_at == pytest.approx(first_at)
 

@@ -18,11 +18,12 @@ import anyio
 import pytest
 
 from blamequeue import FlowChild, Job, JobContext, Queue, QueueError
+from blamequeue.abc import Inspection
 from blamequeue.errors import JobFailedError
 
 from .fixtures import BACKEND, SAFETY_NET, Conformance, fail, succeed, wait_for
-
 from .requirements import requires
+
 __all__ = ["TestFlowResults", "TestProgressEvents", "TestResults", "TestWithoutResults"]
 
 POLL = 1.0
@@ -228,7 +229,7 @@ class TestResults:
             pytest.skip("bq_backend_config turns sealing off")
         job_id = await q.enqueue(name, None)
         await q.tick(name, _returning({"secret": "s3cr3t-value"}))
-        stored = await runtime.backend.get_job(job_id)
+        stored = await Inspection.of(runtime.backend).get_job(job_id)
         assert stored is not None
         assert stored.result is not None
         assert "s3cr3t-value" not in stored.result

@@ -26,7 +26,7 @@ import anyio
 import pytest
 
 from blamequeue import Job, JobContext, Queue, QueueError
-from blamequeue.abc import Backend, StoredJob
+from blamequeue.abc import Backend, DeadLetters, StoredJob
 from blamequeue.errors import SealKeyMissingError
 
 from .fixtures import BACKEND, Conformance, succeed, wait_until
@@ -52,7 +52,7 @@ def _backend(queue: Queue) -> Backend:
 
 async def _raw_dead(queue: Queue, name: str) -> list[StoredJob]:
     """The dead rows of ``name`` as the backend stores them: sealed strings, not decoded."""
-    return await _backend(queue).dlq_list(name, limit=None)
+    return await DeadLetters.of(_backend(queue)).dlq_list(name, limit=None)
 
 
 async def _leaky(job: Job, ctx: JobContext) -> None:

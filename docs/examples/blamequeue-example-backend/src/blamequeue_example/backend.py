@@ -35,19 +35,21 @@ import anyio.to_thread
 from blamequeue.abc import (
     Backend,
     BackendContext,
-    Capabilities,
+    DeadLetters,
+    Flows,
     Lease,
     NewJob,
     OptionReader,
     Settlement,
     StoredJob,
     SweepResult,
+    Wakeup,
     check_settlements,
     outcome_rule,
 )
 from blamequeue.errors import BackendUnavailableError, BadArgumentError
 
-__all__ = ["JsonFileBackend"]
+__all__ = ["JsonFileBackend", "JsonFileStore"]
 
 T = TypeVar("T")
 
@@ -138,6 +140,8 @@ def _lease(state: State, queue: str, limit: int, now: float, lease_seconds: floa
         row["expires_at"] = now + lease_seconds
         leases.append(Lease(job=_snapshot(row), token=row["token"], expires_at=row["expires_at"]))
     return leases
+
+
 # --8<-- [end:lease]
 
 
@@ -179,6 +183,8 @@ def _settle(state: State, settlements: Sequence[Settlement]) -> list[bool]:
             state["next_seq"] += 1
         applied.append(True)
     return applied
+
+
 # --8<-- [end:settle]
 
 
@@ -214,6 +220,8 @@ def _sweep(state: State, now: float, retain_done: float, expired_error: str) -> 
     for job_id in old:
         del jobs[job_id]
     return SweepResult(repended=len(expired), expired=expired, dead=dead, pruned=len(old))
+
+
 # --8<-- [end:sweep]
 
 
@@ -253,18 +261,20 @@ def _flow_jobs(state: State, flow_id: str) -> list[StoredJob]:
     return [_snapshot(row) for row in sorted(rows, key=lambda r: r["seq"])]
 
 
-class JsonFileBackend(Backend):
-    """The ``jsonfile`` protocol: jobs in one JSON file, locked with ``flock``.
+# --8<-- [start:required-class]
+class JsonFileStore(Backend):
+    """The ``jsonfile-basic`` protocol: the required part of the contract only.
 
-    ``{"protocol": "jsonfile", "path": "jobs.json"}``.  Several processes may share the file.
-    Durable (it survives restarts), so with no seal key configured the queue keeps one in
-    ``<path>.key`` beside it (:attr:`store_path`).
+    Jobs in one JSON file, locked with ``flock``: ``{"protocol": "jsonfile-basic", "path":
+    "jobs.json"}``.  Several processes may share the file.  Durable (it survives restarts), so
+    with no seal key configured the queue keeps one in ``<path>.key`` beside it
+    (:attr:`store_path`).  Enough for enqueue, consume, retries, the sweep, size and purge; the
+    core refuses what needs a facet (reading the dead-letter queue, flows, ...) with a clear code.
     """
 
-    protocol: ClassVar[str] = "jsonfile"
-    capabilities: ClassVar[Capabilities] = Capabilities(
-        dlq=True, flows=True, cross_process_wakeup=True
-    )
+    protocol: ClassVar[str] = "jsonfile-basic"
+
+    # --8<-- [end:required-class]
 
     # --8<-- [start:construct]
     def __init__(self, options: Mapping[str, Any], context: BackendContext) -> None:
@@ -279,6 +289,7 @@ class JsonFileBackend(Backend):
         self._path = Path(read.path("path", "blamequeue-jobs.json")).absolute()
         self._fsync = bool(read.flag("fsync", True))
         self._limiter: anyio.CapacityLimiter | None = None
+
     # --8<-- [end:construct]
 
     @property
@@ -384,6 +395,49 @@ class JsonFileBackend(Backend):
             changed=lambda swept: bool(swept.repended or swept.dead or swept.pruned),
         )
 
+    # -- inspecting and operating ---------------------------------------------------------
+    async def size(self, queue: str) -> int:
+        return await self._read(lambda state: len(_of_queue(state, queue, *_LIVE)))
+
+    async def purge(self, queue: str) -> int:
+        return await self._write(lambda state: _purge(state, queue), lambda _: True)
+
+    # --8<-- [end:methods]
+
+
+# --8<-- [start:facet]
+class JsonFileBackend(JsonFileStore, DeadLetters, Flows, Wakeup):
+    """The ``jsonfile`` protocol: :class:`JsonFileStore` and three facets.
+
+    ``{"protocol": "jsonfile", "path": "jobs.json"}``.  :class:`~blamequeue.abc.DeadLetters`
+    lets the core list, retry and purge dead jobs; :class:`~blamequeue.abc.Flows` lets it park
+    flow children (the required methods already store and release them);
+    :class:`~blamequeue.abc.Wakeup` makes an idle consumer notice another process's enqueue at
+    once.  Its capabilities follow: ``dlq``, ``flows`` and ``cross_process_wakeup``.
+    """
+
+    protocol: ClassVar[str] = "jsonfile"
+
+    # -- DeadLetters ---------------------------------------------------------------------
+    async def dlq_list(self, queue: str, *, limit: int | None) -> list[StoredJob]:
+        return await self._read(lambda state: _dlq_list(state, queue, limit))
+
+    async def dlq_retry(self, job_id: str, *, now: float) -> StoredJob | None:
+        return await self._write(
+            lambda state: _dlq_retry(state, job_id, now), changed=lambda job: job is not None
+        )
+
+    async def dlq_size(self, queue: str) -> int:
+        return await self._read(lambda state: len(_of_queue(state, queue, "dead")))
+
+    async def dlq_purge(self, queue: str) -> int:
+        return await self._write(lambda state: _dlq_purge(state, queue), changed=bool)
+
+    # -- Flows ----------------------------------------------------------------------------
+    async def flow_jobs(self, flow_id: str) -> list[StoredJob]:
+        return await self._read(lambda state: _flow_jobs(state, flow_id))
+
+    # -- Wakeup ---------------------------------------------------------------------------
     async def wait_for_work(self, queue: str, *, timeout: float) -> None:
         # Another process's write replaces the file: its inode and mtime change.  Waking for
         # any change is fine (the consumer just leases again and may find nothing).
@@ -401,27 +455,5 @@ class JsonFileBackend(Backend):
                 if await anyio.to_thread.run_sync(signature) != before:
                     return
 
-    # -- inspecting and operating ---------------------------------------------------------
-    async def size(self, queue: str) -> int:
-        return await self._read(lambda state: len(_of_queue(state, queue, *_LIVE)))
 
-    async def purge(self, queue: str) -> int:
-        return await self._write(lambda state: _purge(state, queue), lambda _: True)
-
-    async def dlq_list(self, queue: str, *, limit: int | None) -> list[StoredJob]:
-        return await self._read(lambda state: _dlq_list(state, queue, limit))
-
-    async def dlq_retry(self, job_id: str, *, now: float) -> StoredJob | None:
-        return await self._write(
-            lambda state: _dlq_retry(state, job_id, now), changed=lambda job: job is not None
-        )
-
-    async def dlq_size(self, queue: str) -> int:
-        return await self._read(lambda state: len(_of_queue(state, queue, "dead")))
-
-    async def dlq_purge(self, queue: str) -> int:
-        return await self._write(lambda state: _dlq_purge(state, queue), changed=bool)
-
-    async def flow_jobs(self, flow_id: str) -> list[StoredJob]:
-        return await self._read(lambda state: _flow_jobs(state, flow_id))
-    # --8<-- [end:methods]
+# --8<-- [end:facet]

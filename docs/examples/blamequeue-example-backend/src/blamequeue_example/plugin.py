@@ -10,9 +10,10 @@ from typing import Any
 
 from blamequeue import hookimpl
 
-from blamequeue_example.backend import JsonFileBackend
+from blamequeue_example.backend import JsonFileBackend, JsonFileStore
 
 
 @hookimpl
 def blamequeue_register_protocols(register: Callable[[str, type[Any]], None]) -> None:
-    register("jsonfile", JsonFileBackend)
+    register("jsonfile-basic", JsonFileStore)  # the required part of the contract only
+    register("jsonfile", JsonFileBackend)  # and three facets
