@@ -28,13 +28,13 @@ import tempfile
 import tomllib
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from blamequeue import Queue
 from blamequeue._environment import config_from_env
-from blamequeue.errors import ConfigError
+from blamequeue.errors import ConfigError, UnsupportedError
 
-from ._running import Subparsers, UsageError, add_command, run_on_loop
+from ._running import Subparsers, UsageError, add_command, run_on_loop, say
 
 __all__ = [
     "CONFIG_HELP",
@@ -45,10 +45,13 @@ __all__ = [
     "backend_configs",
     "build_queue",
     "chosen_backends",
+    "per_backend",
     "load_config",
     "new_database",
     "with_queue",
 ]
+
+T = TypeVar("T")
 
 _TOP_LEVEL = ("backends", "default_backend", "sweep_interval", "seal")
 _DEFAULT_LOCAL_PATH = "./blamequeue.db"
@@ -275,3 +278,31 @@ def chosen_backends(queue: Queue, args: argparse.Namespace) -> list[str]:
         return [args.backend]
     names = [status.name for status in queue.list_backends()]
     return sorted(names, key=lambda name: name != queue.default_backend)
+
+
+async def per_backend(
+    queue: Queue,
+    args: argparse.Namespace,
+    read: Callable[[str], Awaitable[T]],
+    *,
+    until: Callable[[T], bool] | None = None,
+) -> list[tuple[str, T]]:
+    """``(backend, read(backend))`` for each chosen backend in turn, up to the first result
+    ``until`` accepts.  A backend that refuses (:class:`UnsupportedError`, e.g. it cannot
+    inspect) is skipped, and named on stderr unless a result was accepted; when every backend
+    refused, the first refusal is raised."""
+    results: list[tuple[str, T]] = []
+    refused: list[UnsupportedError] = []
+    for name in chosen_backends(queue, args):
+        try:
+            results.append((name, await read(name)))
+        except UnsupportedError as exc:
+            refused.append(exc)
+            continue
+        if until is not None and until(results[-1][1]):
+            return results
+    if refused and not results:
+        raise refused[0]
+    for refusal in refused:
+        say(f"note: skipped: {refusal.message}")
+    return results

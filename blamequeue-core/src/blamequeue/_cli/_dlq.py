@@ -5,13 +5,12 @@ from __future__ import annotations
 import argparse
 
 from blamequeue import Queue
-from blamequeue.errors import UnsupportedError
 
 from ._config import (
     add_queue_argument,
     add_queue_command,
     add_queue_options,
-    chosen_backends,
+    per_backend,
     with_queue,
 )
 from ._inspect import add_size_options
@@ -146,28 +145,19 @@ def _list(args: argparse.Namespace) -> int:
 
 def _retry(args: argparse.Namespace) -> int:
     async def body(queue: Queue) -> int:
-        tried: list[str] = []
-        refused: list[UnsupportedError] = []
-        for backend in chosen_backends(queue, args):
-            try:
-                retried = await queue.dlq_retry(args.job_id, backend=backend)
-            except UnsupportedError as exc:
-                refused.append(exc)
-                continue
-            tried.append(backend)
-            if retried:
-                if args.json:
-                    print_json({"job_id": args.job_id, "backend": backend, "retried": True})
-                else:
-                    print(
-                        f"{args.job_id} is back to pending on backend {backend!r} (attempts reset)"
-                    )
-                return EXIT_OK
-        if refused and not tried:
-            raise refused[0]
+        tried = await per_backend(
+            queue, args, lambda backend: queue.dlq_retry(args.job_id, backend=backend), until=bool
+        )
+        if tried and tried[-1][1]:
+            backend = tried[-1][0]
+            if args.json:
+                print_json({"job_id": args.job_id, "backend": backend, "retried": True})
+            else:
+                print(f"{args.job_id} is back to pending on backend {backend!r} (attempts reset)")
+            return EXIT_OK
         if args.json:
             print_json({"job_id": args.job_id, "backend": None, "retried": False})
-        where = ", ".join(repr(name) for name in tried)
+        where = ", ".join(repr(name) for name, _retried in tried)
         say(f"error: no dead job {args.job_id} on backend {where}")
         return EXIT_NOT_FOUND
 

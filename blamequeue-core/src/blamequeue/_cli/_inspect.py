@@ -6,9 +6,8 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-from collections.abc import Awaitable, Callable
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any
 
 import attrs
 
@@ -17,13 +16,13 @@ from blamequeue._clock import to_datetime
 from blamequeue._inspection import MAX_PAGE
 from blamequeue._plugins import load_registry
 from blamequeue.abc import JOB_STATES, Capabilities
-from blamequeue.errors import UnsupportedError
 
 from ._config import (
     add_queue_argument,
     add_queue_command,
     add_queue_options,
     chosen_backends,
+    per_backend,
     with_queue,
 )
 from ._output import (
@@ -46,8 +45,6 @@ from ._running import EXIT_NOT_FOUND, EXIT_OK, Subparsers, positive_int, say
 from ._terminal import Terminal
 
 __all__ = ["add_parser", "add_size_options"]
-
-T = TypeVar("T")
 
 
 def _limit(text: str) -> int:
@@ -192,25 +189,6 @@ def add_size_options(parser: argparse.ArgumentParser, *, dead: bool) -> None:
 
 
 # -- helpers ------------------------------------------------------------------------------------
-async def _per_backend(
-    queue: Queue, args: argparse.Namespace, read: Callable[[str], Awaitable[T]]
-) -> list[tuple[str, T]]:
-    """``read(backend)`` on each chosen backend.  Backends that cannot be inspected are named on
-    stderr and skipped, unless every one of them refused (then the first refusal is raised)."""
-    results: list[tuple[str, T]] = []
-    refused: list[UnsupportedError] = []
-    for name in chosen_backends(queue, args):
-        try:
-            results.append((name, await read(name)))
-        except UnsupportedError as exc:
-            refused.append(exc)
-    if refused and not results:
-        raise refused[0]
-    for refusal in refused:
-        say(f"note: skipped: {refusal.message}")
-    return results
-
-
 def _job_rows(infos: list[JobInfo]) -> list[list[str]]:
     payload_width, error_width = (40, 50) if wide() else (24, 30)
     return [
@@ -283,7 +261,7 @@ def _jobs(args: argparse.Namespace) -> int:
 
 def _job(args: argparse.Namespace) -> int:
     async def body(queue: Queue) -> int:
-        found = await _per_backend(queue, args, functools.partial(_job_info, queue, args.job_id))
+        found = await per_backend(queue, args, functools.partial(_job_info, queue, args.job_id))
         infos = [info for _name, info in found if info is not None]
         if not infos:
             where = ", ".join(repr(name) for name, _info in found)
@@ -351,7 +329,7 @@ _COUNTED = ("pending", "inflight", "parked", "done", "dead", "cancelled")
 
 def _queues(args: argparse.Namespace) -> int:
     async def body(queue: Queue) -> int:
-        found = await _per_backend(queue, args, lambda name: queue.queues(backend=name))
+        found = await per_backend(queue, args, lambda name: queue.queues(backend=name))
         infos: list[QueueInfo] = [info for _name, infos in found for info in infos]
         print_json_or_table(
             args.json,
@@ -371,7 +349,7 @@ def _queues(args: argparse.Namespace) -> int:
 
 def _workers(args: argparse.Namespace) -> int:
     async def body(queue: Queue) -> int:
-        found = await _per_backend(queue, args, lambda name: queue.workers(backend=name))
+        found = await per_backend(queue, args, lambda name: queue.workers(backend=name))
         infos: list[WorkerInfo] = [info for _name, infos in found for info in infos]
         now = to_datetime(queue.clock.now())
         print_json_or_table(
