@@ -7,7 +7,7 @@ import argparse
 import json
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeAlias
 
 import anyio
 import anyio.lowlevel
@@ -93,8 +93,7 @@ def add_parser(subparsers: Subparsers) -> None:
         nargs="?",
         help="the job's payload as JSON, or - to read it from stdin (default: null)",
     )
-    for option, kind, default, metavar, text in _ENQUEUE_OPTIONS:
-        enqueue.add_argument(option, type=kind, default=default, metavar=metavar, help=text)
+    _add_options(enqueue, _ENQUEUE_OPTIONS)
     add_json_option(enqueue)
     add_queue_options(enqueue)
 
@@ -103,16 +102,7 @@ def add_parser(subparsers: Subparsers) -> None:
     tick.add_argument(
         "target", metavar="MODULE:HANDLER", help="the handler, e.g. app.tasks:send_email"
     )
-    for option, kind, default, metavar, text in _TICK_OPTIONS:
-        tick.add_argument(option, type=kind, default=default, metavar=metavar, help=text)
-    tick.add_argument(
-        "-c",
-        "--concurrency",
-        type=positive_int,
-        default=1,
-        metavar="N",
-        help="handlers running at once (default: 1, one after another in lease order)",
-    )
+    _add_options(tick, _TICK_OPTIONS)
     add_handler_options(tick)
     add_json_option(tick)
     add_queue_options(tick)
@@ -121,8 +111,10 @@ def add_parser(subparsers: Subparsers) -> None:
     add_purge_options(purge, dead=False)
 
 
+#: Options as a table: their flags (space-separated), type, default, metavar and help.
+_Options: TypeAlias = list[tuple[str, Callable[[str], Any], Any, str, str]]
 #: ``enqueue``'s options that are ``Queue.enqueue``'s keyword arguments of the same names.
-_ENQUEUE_OPTIONS: list[tuple[str, Callable[[str], Any], Any, str, str]] = [
+_ENQUEUE_OPTIONS: _Options = [
     ("--priority", _int, 0, "N", "higher runs first (default: 0)"),
     ("--delay", non_negative_seconds, 0.0, "S", "seconds before a worker may take it (default: 0)"),
     (
@@ -156,8 +148,8 @@ _ENQUEUE_OPTIONS: list[tuple[str, Callable[[str], Any], Any, str, str]] = [
         "hold --unique-key at most S seconds (default: while the job is live)",
     ),
 ]
-#: ``tick``'s options beside ``--concurrency`` (``Queue.tick``'s ``max`` and ``lease``).
-_TICK_OPTIONS: list[tuple[str, Callable[[str], Any], Any, str, str]] = [
+#: ``tick``'s options that are ``Queue.tick``'s keyword arguments of the same names.
+_TICK_OPTIONS: _Options = [
     ("--max", positive_int, 10, "N", "jobs at most (default: 10)"),
     (
         "--lease",
@@ -166,7 +158,24 @@ _TICK_OPTIONS: list[tuple[str, Callable[[str], Any], Any, str, str]] = [
         "S",
         "seconds each job is held; not renewed during a tick (default: 30)",
     ),
+    (
+        "-c --concurrency",
+        positive_int,
+        1,
+        "N",
+        "handlers running at once (default: 1, one after another in lease order)",
+    ),
 ]
+
+
+def _add_options(parser: argparse.ArgumentParser, options: _Options) -> None:
+    for flags, kind, default, metavar, text in options:
+        parser.add_argument(*flags.split(), type=kind, default=default, metavar=metavar, help=text)
+
+
+def _keywords(args: argparse.Namespace, options: _Options) -> dict[str, Any]:
+    """The values of the options of a table above, by the keyword argument each one is."""
+    return fields_of(args, (flags.split()[-1][2:].replace("-", "_") for flags, *_ in options))
 
 
 def add_purge_options(parser: argparse.ArgumentParser, *, dead: bool) -> None:
@@ -243,8 +252,9 @@ def _enqueue(args: argparse.Namespace) -> int:
 
     async def body(queue: Queue) -> int:
         backend = args.backend or queue.default_backend
-        options = fields_of(args, (option[2:].replace("-", "_") for option, *_ in _ENQUEUE_OPTIONS))
-        job_id = await queue.enqueue(args.queue, payload, backend=backend, **options)
+        job_id = await queue.enqueue(
+            args.queue, payload, backend=backend, **_keywords(args, _ENQUEUE_OPTIONS)
+        )
         if args.json:
             print_json({"job_id": job_id, "queue": args.queue, "backend": backend})
         else:
@@ -260,12 +270,7 @@ def _tick(args: argparse.Namespace) -> int:
     async def body(queue: Queue) -> int:
         backend = args.backend or queue.default_backend
         result = await queue.tick(
-            args.queue,
-            handler,
-            max=args.max,
-            lease=args.lease,
-            concurrency=args.concurrency,
-            backend=backend,
+            args.queue, handler, backend=backend, **_keywords(args, _TICK_OPTIONS)
         )
         if args.json:
             print_json({"queue": args.queue, "backend": backend, **attrs.asdict(result)})
