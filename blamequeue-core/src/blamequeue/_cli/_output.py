@@ -10,6 +10,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+import attrs
+
 from blamequeue import DeadLetter, JobInfo, QueueInfo, WorkerInfo
 
 from ._terminal import Terminal, format_table
@@ -152,21 +154,9 @@ def job_document(info: JobInfo) -> dict[str, Any]:
 
 
 def dead_letter_document(letter: DeadLetter, backend: str) -> dict[str, Any]:
-    return {
-        **fields_of(letter, ("job_id", "queue")),
-        "backend": backend,
-        **fields_of(letter, _DEAD_LETTER_FIELDS),
-    }
-
-
-_DEAD_LETTER_FIELDS = (
-    "payload",
-    "attempts",
-    "last_error",
-    "trace_id",
-    "classification",
-    "failed_at",
-)
+    """Every field of ``letter``, with its backend after its queue."""
+    job_id, queue, *rest = attrs.asdict(letter, recurse=False).items()
+    return dict([job_id, queue, ("backend", backend), *rest])
 
 
 def queue_document(info: QueueInfo) -> dict[str, Any]:
