@@ -45,9 +45,9 @@ __all__ = [
     "backend_configs",
     "build_queue",
     "chosen_backends",
-    "per_backend",
     "load_config",
     "new_database",
+    "per_backend",
     "with_queue",
 ]
 
