@@ -14,6 +14,7 @@ import pytest
 from blamequeue import Queue, QueueError
 
 from .fixtures import Conformance, succeed
+from .refusals import refused, refused_at_once
 
 __all__ = ["TestBadInput", "TestLifecycleErrors"]
 
@@ -123,11 +124,9 @@ _UNKNOWN_BACKEND_CALLS: dict[str, _Call] = {
 
 
 async def _refused(call: Awaitable[object], code: str) -> QueueError:
-    with pytest.raises(QueueError) as info:
-        await call
-    assert info.value.code == code, f"{info.value.code}: {info.value.message}"
-    assert info.value.message  # says what to do
-    return info.value
+    error = await refused(code, call)
+    assert error.message  # says what to do
+    return error
 
 
 @pytest.mark.anyio
@@ -220,10 +219,7 @@ class TestLifecycleErrors:
     async def test_list_backends_before_start_raises_not_initialized(
         self, conformance: Conformance
     ) -> None:
-        queue = conformance.factory.build()
-        with pytest.raises(QueueError) as info:
-            queue.list_backends()
-        assert info.value.code == "queue/not-initialized"
+        refused_at_once("queue/not-initialized", conformance.factory.build().list_backends)
 
     @pytest.mark.parametrize("call", list(_NOT_STARTED_CALLS), ids=list(_NOT_STARTED_CALLS))
     async def test_calls_after_shutdown_raise_not_initialized(

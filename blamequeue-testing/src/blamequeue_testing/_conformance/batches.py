@@ -11,6 +11,7 @@ import pytest
 from blamequeue import JobContext, Queue, QueueError
 
 from .fixtures import Conformance
+from .refusals import refused, refused_at_once
 from .requirements import requires
 
 __all__ = ["TestBatches", "TestWithoutBatches"]
@@ -135,9 +136,7 @@ class TestBatches:
         conformance.clock.advance(3601)
         assert await queue.prune_batches(older_than=3600) == 1
         assert await queue.find_batch(batch.id) is None
-        with pytest.raises(QueueError) as caught:
-            await queue.add_to_batch(batch.id, [("Import", 3)])
-        assert caught.value.code == "queue/job-not-found"
+        await refused("queue/job-not-found", queue.add_to_batch(batch.id, [("Import", 3)]))
 
     async def test_bad_batches_are_refused_and_store_nothing(
         self, conformance: Conformance
@@ -153,17 +152,13 @@ class TestBatches:
             with pytest.raises(QueueError) as caught:
                 await queue.batch(jobs).dispatch()  # type: ignore[arg-type]
             assert caught.value.code == code
-        with pytest.raises(QueueError) as caught:
-            queue.batch([("Import", 1)]).then("NoSuchTask")
-        assert caught.value.code == "queue/unknown-job"
-        with pytest.raises(QueueError) as caught:
-            await queue.batch([("Import", object())]).dispatch()
-        assert caught.value.code == "queue/bad-payload"
+        refused_at_once(
+            "queue/unknown-job", lambda: queue.batch([("Import", 1)]).then("NoSuchTask")
+        )
+        await refused("queue/bad-payload", queue.batch([("Import", object())]).dispatch())
         assert await queue.batches() == []
         assert await queue.size(name) == 0
-        with pytest.raises(QueueError) as caught:
-            await queue.prune_batches(older_than=-1)
-        assert caught.value.code == "queue/bad-argument"
+        await refused("queue/bad-argument", queue.prune_batches(older_than=-1))
 
 
 @pytest.mark.anyio
@@ -177,7 +172,5 @@ class TestWithoutBatches:
         async def import_row(payload: Any, ctx: JobContext) -> None:
             pass
 
-        with pytest.raises(QueueError) as caught:
-            await queue.batch([("Import", 1)]).dispatch()
-        assert caught.value.code == "queue/records-unsupported"
+        await refused("queue/records-unsupported", queue.batch([("Import", 1)]).dispatch())
         assert await queue.size(name) == 0

@@ -16,7 +16,7 @@ import pytest
 from blamequeue import Consumer, Job, JobContext, RateLimit
 
 from .fixtures import Conformance, succeed, wait_for, wait_until
-from .running import stop
+from .running import starts_two_at_a_time, stop
 
 __all__ = ["TestConsume", "TestConsumerConcurrency", "TestRateLimit"]
 
@@ -223,27 +223,9 @@ class TestRateLimit:
     async def test_rate_limit_caps_handler_starts_per_window(
         self, conformance: Conformance
     ) -> None:
-        q, name = conformance.queue, conformance.name
         t0 = conformance.now()
-        await q.enqueue_many(name, list(range(5)))
-        starts: list[float] = []
-
-        async def record(job: Job, ctx: JobContext) -> None:
-            starts.append(conformance.now())
-
-        consumer = await q.consume(
-            name,
-            record,
-            concurrency=5,
-            poll_interval=POLL,
-            rate_limit=RateLimit(max=2, per_seconds=10),
-        )
-        await wait_until(lambda: consumer.stats.succeeded == 2, "the first two starts")
-        conformance.advance(10)
-        await wait_until(lambda: consumer.stats.succeeded == 4, "two more after 10 s")
-        conformance.advance(10)
-        await wait_until(lambda: consumer.stats.succeeded == 5, "the last one")
-        await stop(consumer)
+        rate = RateLimit(max=2, per_seconds=10)
+        starts = await starts_two_at_a_time(conformance, [10, 10], rate_limit=rate)
         # Time moves only when the test advances it: a third start before the window passed
         # would carry the first window's time.
         assert starts == [t0, t0, t0 + 10, t0 + 10, t0 + 20]

@@ -8,11 +8,12 @@ from typing import Any
 
 import pytest
 
-from blamequeue import FlowChild, FlowResult, Job, JobContext, QueueError
+from blamequeue import FlowChild, FlowResult, Job, JobContext
 
 from .fixtures import BACKEND, Conformance, fail, succeed, wait_until
+from .refusals import refused
 from .requirements import requires
-from .running import Recorder, stop
+from .running import Recorder, consuming
 
 __all__ = ["TestFlowValidation", "TestFlows", "TestWithoutFlows"]
 
@@ -23,13 +24,6 @@ async def _run(conformance: Conformance, handler: Any = succeed, max: int = 100)
     """Tick once; return how many jobs were leased."""
     result = await conformance.queue.tick(conformance.name, handler, max=max)
     return result.leased
-
-
-async def _assert_error(code: str, call: Any) -> QueueError:
-    with pytest.raises(QueueError) as info:
-        await call
-    assert info.value.code == code, info.value
-    return info.value
 
 
 @requires("flows", "the backend cannot park and release flow children")
@@ -268,8 +262,7 @@ class TestFlows:
         q, name = conformance.queue, conformance.name
         record = Recorder()
         # A poll interval far beyond the safety net: only the release's wake-up can deliver.
-        consumer = await q.consume(name, record, poll_interval=3600)
-        try:
+        async with consuming(q, name, record, poll_interval=3600):
             await q.enqueue_flow(
                 name,
                 [
@@ -279,8 +272,6 @@ class TestFlows:
                 ],
             )
             await wait_until(lambda: len(record.seen) == 3, "the whole chain to run")
-        finally:
-            await stop(consumer)
         assert record.seen == ["a", "b", "c"]
 
     # -- size, purge ---------------------------------------------------------------------------
@@ -305,7 +296,7 @@ class TestFlows:
         assert await conformance.size() == 0
         conformance.advance(3600)
         assert await _run(conformance) == 0
-        await _assert_error("queue/job-not-found", q.flow_status(result.flow_id))
+        await refused("queue/job-not-found", q.flow_status(result.flow_id))
 
     # -- flow_status ----------------------------------------------------------------------------
     async def test_flow_status_reports_each_child_by_name(self, conformance: Conformance) -> None:
@@ -341,14 +332,12 @@ class TestFlows:
             await q.tick(name, succeed)
             conformance.advance(11)
             await q.sweep()
-            await _assert_error("queue/job-not-found", q.flow_status(result.flow_id))
+            await refused("queue/job-not-found", q.flow_status(result.flow_id))
 
     async def test_flow_status_of_an_unknown_flow_is_not_found(
         self, conformance: Conformance
     ) -> None:
-        await _assert_error(
-            "queue/job-not-found", conformance.queue.flow_status("flow-" + "0" * 26)
-        )
+        await refused("queue/job-not-found", conformance.queue.flow_status("flow-" + "0" * 26))
 
     # -- audit --------------------------------------------------------------------------------
     async def test_registration_emits_one_flow_register_event(
@@ -369,7 +358,7 @@ class TestFlows:
     async def test_a_bad_child_stores_nothing(self, conformance: Conformance) -> None:
         q, name = conformance.queue, conformance.name
         await q.enqueue(name, "already here")
-        await _assert_error(
+        await refused(
             "queue/bad-payload",
             q.enqueue_flow(
                 name,
@@ -409,21 +398,17 @@ class TestFlowValidation:
     async def test_malformed_flow_is_bad_flow(
         self, conformance: Conformance, case: str, children: Any
     ) -> None:
-        await _assert_error(
-            "queue/bad-flow", conformance.queue.enqueue_flow(conformance.name, children)
-        )
+        await refused("queue/bad-flow", conformance.queue.enqueue_flow(conformance.name, children))
         assert await conformance.size() == 0
 
     @pytest.mark.parametrize("queue_name", ["", None, 5])
     async def test_missing_queue_name_is_bad_flow(
         self, conformance: Conformance, queue_name: Any
     ) -> None:
-        await _assert_error(
-            "queue/bad-flow", conformance.queue.enqueue_flow(queue_name, [{"name": "a"}])
-        )
+        await refused("queue/bad-flow", conformance.queue.enqueue_flow(queue_name, [{"name": "a"}]))
 
     async def test_unknown_dependency(self, conformance: Conformance) -> None:
-        error = await _assert_error(
+        error = await refused(
             "queue/flow-unknown-dep",
             conformance.queue.enqueue_flow(
                 conformance.name, [{"name": "a"}, {"name": "b", "depends_on": ["a", "ghost"]}]
@@ -433,7 +418,7 @@ class TestFlowValidation:
         assert await conformance.size() == 0
 
     async def test_self_dependency_is_a_cycle(self, conformance: Conformance) -> None:
-        error = await _assert_error(
+        error = await refused(
             "queue/flow-cycle",
             conformance.queue.enqueue_flow(
                 conformance.name, [{"name": "a"}, {"name": "loop", "depends_on": ["loop"]}]
@@ -443,7 +428,7 @@ class TestFlowValidation:
         assert await conformance.size() == 0
 
     async def test_cycle_names_its_children(self, conformance: Conformance) -> None:
-        error = await _assert_error(
+        error = await refused(
             "queue/flow-cycle",
             conformance.queue.enqueue_flow(
                 conformance.name,
@@ -481,7 +466,7 @@ class TestFlowValidation:
     async def test_bad_child_option_is_bad_argument_naming_the_child(
         self, conformance: Conformance, child: dict[str, Any]
     ) -> None:
-        error = await _assert_error(
+        error = await refused(
             "queue/bad-argument",
             conformance.queue.enqueue_flow(conformance.name, [{"name": "ok"}, child]),
         )
@@ -489,7 +474,7 @@ class TestFlowValidation:
         assert await conformance.size() == 0
 
     async def test_unserialisable_payload_is_bad_payload(self, conformance: Conformance) -> None:
-        await _assert_error(
+        await refused(
             "queue/bad-payload",
             conformance.queue.enqueue_flow(conformance.name, [{"name": "a", "payload": {1, 2}}]),
         )
@@ -502,9 +487,9 @@ class TestWithoutFlows:
         if conformance.capabilities.flows:
             pytest.skip("backend declares flows=True: covered by TestFlows")
         q, name = conformance.queue, conformance.name
-        await _assert_error(
+        await refused(
             "queue/flow-unsupported",
             q.enqueue_flow(name, [{"name": "a"}, {"name": "b", "depends_on": ["a"]}]),
         )
         assert await conformance.size() == 0
-        await _assert_error("queue/flow-unsupported", q.flow_status("flow-" + "0" * 26))
+        await refused("queue/flow-unsupported", q.flow_status("flow-" + "0" * 26))

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 import anyio
 import pytest
@@ -23,7 +22,6 @@ from blamequeue import (
     JobInfo,
     JobPage,
     Queue,
-    QueueError,
     QueueInfo,
     WorkerInfo,
 )
@@ -31,8 +29,9 @@ from blamequeue.abc import Inspection, WorkerRecord
 from blamequeue.errors import UnsupportedError
 
 from .fixtures import BACKEND, SAFETY_NET, Conformance, fail, succeed, wait_until
+from .refusals import refused
 from .requirements import requires
-from .running import stop
+from .running import consuming, stop
 
 __all__ = [
     "TestGetJob",
@@ -47,12 +46,6 @@ RETAIN = 3600.0
 
 LIVE_FOR = 15.0
 """Seconds after its last heartbeat a worker stops counting as live (three heartbeats)."""
-
-
-async def _assert_bad_argument(call: Awaitable[Any]) -> None:
-    with pytest.raises(QueueError) as info:
-        await call
-    assert info.value.code == "queue/bad-argument", info.value
 
 
 async def _all_pages(
@@ -125,7 +118,7 @@ class TestGetJob:
         assert await conformance.queue.job_info("job-00000000000000000000000000") is None
 
     async def test_get_job_refuses_an_empty_id(self, conformance: Conformance) -> None:
-        await _assert_bad_argument(conformance.queue.get_job(""))
+        await refused("queue/bad-argument", conformance.queue.get_job(""))
 
     async def test_job_info_of_a_new_job_is_pending(self, conformance: Conformance) -> None:
         q, name = conformance.queue, conformance.name
@@ -307,14 +300,16 @@ class TestListJobs:
     async def test_an_unknown_state_is_refused(
         self, conformance: Conformance, state: object
     ) -> None:
-        await _assert_bad_argument(
-            conformance.queue.list_jobs(conformance.name, state=state)  # type: ignore[arg-type]
+        await refused(
+            "queue/bad-argument",
+            conformance.queue.list_jobs(conformance.name, state=state),  # type: ignore[arg-type]
         )
 
     @pytest.mark.parametrize("limit", [0, -1, 1001, 2.5, True, "10"])
     async def test_a_bad_limit_is_refused(self, conformance: Conformance, limit: object) -> None:
-        await _assert_bad_argument(
-            conformance.queue.list_jobs(conformance.name, limit=limit)  # type: ignore[arg-type]
+        await refused(
+            "queue/bad-argument",
+            conformance.queue.list_jobs(conformance.name, limit=limit),  # type: ignore[arg-type]
         )
 
     @pytest.mark.parametrize("cursor", ["", "not a cursor", "pending:-1", "gone:3", 7])
@@ -323,7 +318,7 @@ class TestListJobs:
     ) -> None:
         q, name = conformance.queue, conformance.name
         await q.enqueue(name, "x")
-        await _assert_bad_argument(q.list_jobs(name, cursor=cursor))  # type: ignore[arg-type]
+        await refused("queue/bad-argument", q.list_jobs(name, cursor=cursor))  # type: ignore[arg-type]
 
 
 @requires("inspection", "the backend cannot be inspected")
@@ -376,16 +371,13 @@ class TestWorkers:
         self, conformance: Conformance
     ) -> None:
         q, name = conformance.queue, conformance.name
-        consumer = await q.consume(name, succeed, concurrency=3, poll_interval=3600)
-        try:
+        async with consuming(q, name, succeed, concurrency=3, poll_interval=3600) as consumer:
             [worker] = [w for w in await q.workers() if w.queue == name]
             assert worker.id == consumer.id
             assert (worker.backend, worker.concurrency) == (BACKEND, 3)
             assert (worker.host, worker.pid) == (socket.gethostname(), os.getpid())
             assert worker.started_at.timestamp() == pytest.approx(conformance.now())
             assert worker.last_heartbeat.timestamp() == pytest.approx(conformance.now())
-        finally:
-            await stop(consumer)
 
     async def test_a_stopped_consumer_is_no_longer_listed(self, conformance: Conformance) -> None:
         q, name = conformance.queue, conformance.name
@@ -476,12 +468,9 @@ class TestWorkers:
     async def test_workers_of_another_process_are_listed(self, conformance: Conformance) -> None:
         async with conformance.factory.open() as other:
             await conformance.require_shared_store(conformance.queue, other)
-            consumer = await other.consume(conformance.name, succeed, poll_interval=3600)
-            try:
+            async with consuming(other, conformance.name, succeed, poll_interval=3600) as consumer:
                 ids = {w.id for w in await conformance.queue.workers()}
                 assert consumer.id in ids
-            finally:
-                await stop(consumer)
 
 
 @pytest.mark.anyio
@@ -520,9 +509,6 @@ class TestWithoutInspection:
         async def record(job: Job, ctx: JobContext) -> None:
             handled.set()
 
-        consumer = await q.consume(name, record, poll_interval=0.01)
-        try:
+        async with consuming(q, name, record, poll_interval=0.01):
             with anyio.fail_after(SAFETY_NET):
                 await handled.wait()
-        finally:
-            await stop(consumer)

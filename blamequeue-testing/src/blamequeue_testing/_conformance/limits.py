@@ -16,8 +16,9 @@ import pytest
 from blamequeue import Job, JobContext, QueueError, RateLimit
 
 from .fixtures import Conformance, succeed, wait_until
+from .refusals import refused
 from .requirements import requires
-from .running import lease_order, stop
+from .running import consuming, lease_order, starts_two_at_a_time
 
 __all__ = [
     "TestGlobalRateLimit",
@@ -133,13 +134,10 @@ class TestGroupConcurrency:
             running[job.group_key] -= 1
             done += 1
 
-        consumer = await q.consume(
-            name, track, concurrency=4, poll_interval=0.01, fast_poll=0.0, group_concurrency=1
-        )
-        try:
+        async with consuming(
+            q, name, track, concurrency=4, poll_interval=0.01, fast_poll=0.0, group_concurrency=1
+        ):
             await wait_until(lambda: done == 5, "every job to run")
-        finally:
-            await stop(consumer)
         assert peak == {"g": 1, "h": 1}
 
 
@@ -206,29 +204,9 @@ class TestGlobalRateLimit:
     async def test_a_consumer_starts_no_more_than_the_fleet_rate(
         self, conformance: Conformance
     ) -> None:
-        q, name = conformance.queue, conformance.name
         t0 = conformance.now()
-        await q.enqueue_many(name, list(range(5)))
-        starts: list[float] = []
-
-        async def record(job: Job, ctx: JobContext) -> None:
-            starts.append(conformance.now())
-
-        consumer = await q.consume(
-            name,
-            record,
-            concurrency=5,
-            poll_interval=0.05,
-            global_rate_limit=RateLimit(max=2, per_seconds=10),
-        )
-        try:
-            await wait_until(lambda: consumer.stats.succeeded == 2, "the first burst")
-            conformance.advance(10)
-            await wait_until(lambda: consumer.stats.succeeded == 4, "two more after 10 s")
-            conformance.advance(5)
-            await wait_until(lambda: consumer.stats.succeeded == 5, "one more after 5 s")
-        finally:
-            await stop(consumer)
+        rate = RateLimit(max=2, per_seconds=10)
+        starts = await starts_two_at_a_time(conformance, [10, 5], global_rate_limit=rate)
         assert starts == [t0, t0, t0 + 10, t0 + 10, t0 + 15]
 
 
@@ -239,10 +217,8 @@ class TestLimitArguments:
         self, conformance: Conformance, group_key: Any
     ) -> None:
         q, name = conformance.queue, conformance.name
-        with pytest.raises(QueueError) as info:
-            await q.enqueue(name, None, group_key=group_key)
-        assert info.value.code == "queue/bad-argument"
-        assert "group_key" in info.value.message
+        info = await refused("queue/bad-argument", q.enqueue(name, None, group_key=group_key))
+        assert "group_key" in info.message
         with pytest.raises(QueueError):
             await q.enqueue_many(name, [1, 2], group_key=group_key)
         assert await conformance.size() == 0
@@ -256,10 +232,8 @@ class TestLimitArguments:
             lambda: q.consume(name, succeed, group_concurrency=value),
             lambda: q.tick(name, succeed, group_concurrency=value),
         ):
-            with pytest.raises(QueueError) as info:
-                await call()
-            assert info.value.code == "queue/bad-argument"
-            assert "group_concurrency" in info.value.message
+            info = await refused("queue/bad-argument", call())
+            assert "group_concurrency" in info.message
 
     @pytest.mark.parametrize(
         "value", ["100/s", 5, {"max": 0, "per_seconds": 1}, {"max": 1, "per_seconds": -1}, {}]
@@ -269,10 +243,8 @@ class TestLimitArguments:
     ) -> None:
         q, name = conformance.queue, conformance.name
         await q.enqueue(name, None)
-        with pytest.raises(QueueError) as info:
-            await q.tick(name, succeed, global_rate_limit=value)
-        assert info.value.code == "queue/bad-argument"
-        assert "RateLimit" in info.value.message or "global_rate_limit" in info.value.message
+        info = await refused("queue/bad-argument", q.tick(name, succeed, global_rate_limit=value))
+        assert "RateLimit" in info.message or "global_rate_limit" in info.message
         assert await conformance.size() == 1  # nothing was leased
 
 
@@ -284,12 +256,8 @@ class TestWithoutLimits:
         if conformance.capabilities.group_limits:
             pytest.skip("backend declares group_limits=True")
         q, name = conformance.queue, conformance.name
-        with pytest.raises(QueueError) as info:
-            await q.enqueue(name, None, group_key="tenant")
-        assert info.value.code == "queue/limits-unsupported"
-        with pytest.raises(QueueError) as info:
-            await q.tick(name, succeed, group_concurrency=1)
-        assert info.value.code == "queue/limits-unsupported"
+        await refused("queue/limits-unsupported", q.enqueue(name, None, group_key="tenant"))
+        await refused("queue/limits-unsupported", q.tick(name, succeed, group_concurrency=1))
 
     async def test_global_rate_limit_is_refused_when_it_cannot_be_shared(
         self, conformance: Conformance
@@ -297,6 +265,7 @@ class TestWithoutLimits:
         if conformance.capabilities.global_rate_limit:
             pytest.skip("backend declares global_rate_limit=True")
         q, name = conformance.queue, conformance.name
-        with pytest.raises(QueueError) as info:
-            await q.consume(name, succeed, global_rate_limit=RateLimit(max=1, per_seconds=1))
-        assert info.value.code == "queue/limits-unsupported"
+        await refused(
+            "queue/limits-unsupported",
+            q.consume(name, succeed, global_rate_limit=RateLimit(max=1, per_seconds=1)),
+        )

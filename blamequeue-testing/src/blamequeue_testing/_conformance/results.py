@@ -22,6 +22,7 @@ from blamequeue.abc import Inspection
 from blamequeue.errors import JobFailedError
 
 from .fixtures import BACKEND, SAFETY_NET, Conformance, fail, succeed, wait_for
+from .refusals import refused
 from .requirements import requires
 
 __all__ = ["TestFlowResults", "TestProgressEvents", "TestResults", "TestWithoutResults"]
@@ -133,9 +134,10 @@ class TestResults:
     ) -> None:
         q, name = conformance.queue, conformance.name
         job_id = await q.enqueue(name, None, max_attempts=1)
-        with pytest.raises(QueueError) as info:
-            await _in_background(conformance, lambda: q.result(job_id), lambda: q.tick(name, fail))
-        assert info.value.code == "queue/job-failed"
+        await refused(
+            "queue/job-failed",
+            _in_background(conformance, lambda: q.result(job_id), lambda: q.tick(name, fail)),
+        )
 
     async def test_a_waiter_learns_of_the_failure_when_the_sweep_dead_letters_the_job(
         self, conformance: Conformance
@@ -158,10 +160,8 @@ class TestResults:
         q, name = conformance.queue, conformance.name
         job_id = await q.enqueue(name, None, max_attempts=3)
         await q.tick(name, fail)
-        with pytest.raises(QueueError) as info:
-            await q.result(job_id, timeout=0)
-        assert info.value.code == "queue/result-timeout"
-        assert "pending" in info.value.message
+        info = await refused("queue/result-timeout", q.result(job_id, timeout=0))
+        assert "pending" in info.message
 
     async def test_result_times_out_on_the_queue_clock(self, conformance: Conformance) -> None:
         q, name = conformance.queue, conformance.name
@@ -191,9 +191,9 @@ class TestResults:
     async def test_result_of_an_unknown_job_is_job_not_found(
         self, conformance: Conformance
     ) -> None:
-        with pytest.raises(QueueError) as info:
-            await conformance.queue.result("job-does-not-exist", timeout=5)
-        assert info.value.code == "queue/job-not-found"
+        await refused(
+            "queue/job-not-found", conformance.queue.result("job-does-not-exist", timeout=5)
+        )
 
     async def test_result_is_gone_once_the_done_job_is_pruned(
         self, conformance: Conformance
@@ -204,10 +204,8 @@ class TestResults:
             assert await q.result(job_id) == 1
             conformance.advance(5.001)
             await q.sweep()
-            with pytest.raises(QueueError) as info:
-                await q.result(job_id)
-            assert info.value.code == "queue/job-not-found"
-            assert "retain_done" in info.value.message
+            info = await refused("queue/job-not-found", q.result(job_id))
+            assert "retain_done" in info.message
 
     async def test_a_return_value_json_cannot_hold_completes_the_job_but_not_its_result(
         self, conformance: Conformance
@@ -217,10 +215,8 @@ class TestResults:
         result = await q.tick(name, _returning({"when": object()}))
         assert (result.succeeded, result.failed) == (1, 0)
         assert await q.dlq_size(name) == 0
-        with pytest.raises(QueueError) as info:
-            await q.result(job_id)
-        assert info.value.code == "queue/bad-payload"
-        assert "completed" in info.value.message
+        info = await refused("queue/bad-payload", q.result(job_id))
+        assert "completed" in info.message
 
     async def test_result_is_sealed_at_rest(self, conformance: Conformance) -> None:
         q, name = conformance.queue, conformance.name
@@ -239,9 +235,7 @@ class TestResults:
     async def test_a_bad_timeout_is_refused(self, conformance: Conformance, timeout: Any) -> None:
         q = conformance.queue
         job_id = await q.enqueue(conformance.name, None)
-        with pytest.raises(QueueError) as info:
-            await q.result(job_id, timeout=timeout)
-        assert info.value.code == "queue/bad-argument"
+        await refused("queue/bad-argument", q.result(job_id, timeout=timeout))
 
 
 @requires("flows", "dependency results need flows")
@@ -454,9 +448,7 @@ class TestWithoutResults:
             pytest.skip("backend declares results=True: TestResults covers it")
         q: Queue = conformance.queue
         job_id = await q.enqueue(conformance.name, None)
-        with pytest.raises(QueueError) as info:
-            await q.result(job_id, timeout=1)
-        assert info.value.code == "queue/results-unsupported"
+        await refused("queue/results-unsupported", q.result(job_id, timeout=1))
         with pytest.raises(QueueError) as info:
             async with q.subscribe(job_id):
                 pass

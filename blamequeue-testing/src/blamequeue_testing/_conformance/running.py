@@ -3,7 +3,7 @@ and waited for, under the safety net."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -11,9 +11,9 @@ import anyio
 
 from blamequeue import Consumer, Job, JobContext, Queue
 
-from .fixtures import SAFETY_NET, Conformance
+from .fixtures import SAFETY_NET, Conformance, wait_until
 
-__all__ = ["Recorder", "consuming", "lease_order", "stop"]
+__all__ = ["Recorder", "consuming", "lease_order", "starts_two_at_a_time", "stop"]
 
 
 class Recorder:
@@ -57,3 +57,32 @@ async def consuming(
         yield consumer
     finally:
         await stop(consumer)
+
+
+async def starts_two_at_a_time(
+    conformance: Conformance, advances: Sequence[float], **rate_limit: Any
+) -> list[float]:
+    """Consume five jobs of the test's queue at concurrency 5 under ``rate_limit`` (a
+    ``Queue.consume`` option allowing two starts a window); once the first two have run, move
+    the clock by each of ``advances`` in turn, waiting each time for up to two more.  When
+    each handler started, on the queue's clock."""
+    await conformance.queue.enqueue_many(conformance.name, list(range(5)))
+    starts: list[float] = []
+
+    async def record(job: Job, ctx: JobContext) -> None:
+        starts.append(conformance.now())
+
+    async with consuming(
+        conformance.queue, conformance.name, record, concurrency=5, poll_interval=0.05, **rate_limit
+    ) as consumer:
+        started = 2
+        await wait_until(_succeeded(consumer, started), "the first two starts")
+        for seconds in advances:
+            conformance.advance(seconds)
+            started = min(started + 2, 5)
+            await wait_until(_succeeded(consumer, started), f"{started} starts, {seconds} s on")
+    return starts
+
+
+def _succeeded(consumer: Consumer, count: int) -> Callable[[], bool]:
+    return lambda: consumer.stats.succeeded == count

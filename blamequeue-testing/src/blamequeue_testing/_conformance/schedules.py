@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 import pytest
@@ -17,6 +18,7 @@ import pytest
 from blamequeue import Every, JobContext, Queue, QueueError
 
 from .fixtures import Conformance
+from .refusals import refused, refused_at_once
 from .requirements import requires, requires_virtual_time
 
 __all__ = ["TestSchedules", "TestWithoutSchedules"]
@@ -109,9 +111,7 @@ class TestSchedules:
         assert (status.last_outcome, status.last_job_id) == ("triggered", job_id)
         assert status.next_run.month == 1
         assert status.next_run.day == 1
-        with pytest.raises(QueueError) as caught:
-            await queue.trigger_schedule("nope")
-        assert caught.value.code == "queue/bad-argument"
+        await refused("queue/bad-argument", queue.trigger_schedule("nope"))
 
     async def test_fixed_times_through_daylight_saving(self, conformance: Conformance) -> None:
         queue, name = conformance.queue, conformance.name
@@ -158,12 +158,10 @@ class TestSchedules:
             ("* * * * *", {"tz": "Mars/Olympus"}, "queue/bad-argument"),
         ]
         for cron, options, code in bad:
-            with pytest.raises(QueueError) as caught:
-                queue.schedule(cron, "Report", **options)
-            assert caught.value.code == code, (cron, options)
-        with pytest.raises(QueueError) as caught:
-            queue.schedule("* * * * *", "NoSuchTask")
-        assert caught.value.code == "queue/unknown-job"
+            refused_at_once(
+                code, partial(queue.schedule, cron, "Report", **options), case=(cron, options)
+            )
+        refused_at_once("queue/unknown-job", lambda: queue.schedule("* * * * *", "NoSuchTask"))
         helpers: list[Callable[[], str]] = [
             lambda: Every.minutes(7),
             lambda: Every.day_at("25:00"),
@@ -179,6 +177,4 @@ class TestWithoutSchedules:
         if conformance.capabilities.records:
             pytest.skip("the backend keeps shared records (TestSchedules covers it)")
         _declare(conformance.queue, conformance.name)
-        with pytest.raises(QueueError) as caught:
-            await conformance.queue.trigger_schedule("reports")
-        assert caught.value.code == "queue/records-unsupported"
+        await refused("queue/records-unsupported", conformance.queue.trigger_schedule("reports"))

@@ -18,6 +18,7 @@ import pytest
 from blamequeue import Job, JobContext, QueueError, TickResult
 
 from .fixtures import Conformance, succeed, wait_for, wait_until
+from .refusals import refused
 from .running import stop
 
 __all__ = ["TestTimeouts"]
@@ -183,13 +184,13 @@ class TestTimeouts:
         self, conformance: Conformance, bad: Any
     ) -> None:
         q, name = conformance.queue, conformance.name
-        with pytest.raises(QueueError) as caught:
-            await q.enqueue(name, "x", timeout=bad)
-        assert caught.value.code == "queue/bad-argument"
-        assert "timeout" in caught.value.message
+        caught = await refused("queue/bad-argument", q.enqueue(name, "x", timeout=bad))
+        assert "timeout" in caught.message
         with pytest.raises(QueueError) as caught_many:
             await q.enqueue_many(name, ["x", "y"], timeout=bad)
         assert caught_many.value.code == "queue/bad-argument"
+        assert await conformance.size() == 0
+        await refused("queue/bad-argument", q.enqueue_many(name, ["x", "y"], timeout=bad))
         assert await conformance.size() == 0
 
     async def test_enqueue_many_carries_the_timeout_to_every_job(
