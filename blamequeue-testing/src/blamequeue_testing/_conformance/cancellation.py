@@ -14,9 +14,10 @@ from typing import Any
 import anyio
 import pytest
 
-from blamequeue import FlowChild, Job, JobContext
+from blamequeue import Job, JobContext
 
 from .fixtures import Conformance, succeed, wait_for, wait_until
+from .flows import fetch_then_parse
 from .refusals import refused
 from .requirements import requires, requires_virtual_leases
 from .running import stop
@@ -211,13 +212,7 @@ class TestCancel:
     async def test_cancel_parked_flow_child(self, conformance: Conformance) -> None:
         conformance.require("flows", "parked flow children need flows")
         q, name = conformance.queue, conformance.name
-        flow = await q.enqueue_flow(
-            name,
-            [
-                FlowChild(name="fetch", payload="fetch"),
-                FlowChild(name="parse", payload="parse", depends_on=["fetch"]),
-            ],
-        )
+        flow = await q.enqueue_flow(name, fetch_then_parse())
         parse = flow.jobs[1].job_id
         assert await q.cancel(parse) is True
         assert (await q.tick(name, succeed)).succeeded == 1  # fetch
@@ -229,13 +224,7 @@ class TestCancel:
     ) -> None:
         conformance.require("flows", "parked flow children need flows")
         q, name = conformance.queue, conformance.name
-        flow = await q.enqueue_flow(
-            name,
-            [
-                FlowChild(name="fetch", payload="fetch"),
-                FlowChild(name="parse", payload="parse", depends_on=["fetch"]),
-            ],
-        )
+        flow = await q.enqueue_flow(name, fetch_then_parse())
         fetch, parse = (job.job_id for job in flow.jobs)
         assert await q.cancel(fetch) is True
         assert await conformance.leasable() == 0

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from blamequeue import FlowChild, FlowResult, Job, JobContext
+from blamequeue import FlowChild, FlowResult, Job, JobContext, QueueError
 
 from .fixtures import BACKEND, Conformance, fail, succeed, wait_until
 from .refusals import refused
@@ -26,19 +26,21 @@ async def _run(conformance: Conformance, handler: Any = succeed, max: int = 100)
     return result.leased
 
 
+def fetch_then_parse() -> list[FlowChild]:
+    """Two children: ``fetch``, and ``parse``, which depends on it (payloads: their names)."""
+    return [
+        FlowChild(name="fetch", payload="fetch"),
+        FlowChild(name="parse", payload="parse", depends_on=["fetch"]),
+    ]
+
+
 @requires("flows", "the backend cannot park and release flow children")
 class TestFlows:
     async def test_child_waits_parked_until_its_dependency_is_done(
         self, conformance: Conformance
     ) -> None:
         q, name = conformance.queue, conformance.name
-        await q.enqueue_flow(
-            name,
-            [
-                FlowChild(name="fetch", payload="fetch"),
-                FlowChild(name="parse", payload="parse", depends_on=["fetch"]),
-            ],
-        )
+        await q.enqueue_flow(name, fetch_then_parse())
         record = Recorder()
         assert await _run(conformance, record) == 1
         assert record.seen == ["fetch"]
@@ -392,14 +394,23 @@ _BAD_FLOWS: list[tuple[str, Any]] = [
 ]
 
 
+async def _refused_storing_nothing(
+    conformance: Conformance, code: str, children: Any
+) -> QueueError:
+    """``enqueue_flow`` of ``children`` on the test's queue is refused with ``code`` and
+    stores nothing; the error."""
+    error = await refused(code, conformance.queue.enqueue_flow(conformance.name, children))
+    assert await conformance.size() == 0
+    return error
+
+
 @requires("flows", "enqueue_flow refuses with queue/flow-unsupported first")
 class TestFlowValidation:
     @pytest.mark.parametrize(("case", "children"), _BAD_FLOWS, ids=[c for c, _ in _BAD_FLOWS])
     async def test_malformed_flow_is_bad_flow(
         self, conformance: Conformance, case: str, children: Any
     ) -> None:
-        await refused("queue/bad-flow", conformance.queue.enqueue_flow(conformance.name, children))
-        assert await conformance.size() == 0
+        await _refused_storing_nothing(conformance, "queue/bad-flow", children)
 
     @pytest.mark.parametrize("queue_name", ["", None, 5])
     async def test_missing_queue_name_is_bad_flow(
@@ -408,41 +419,34 @@ class TestFlowValidation:
         await refused("queue/bad-flow", conformance.queue.enqueue_flow(queue_name, [{"name": "a"}]))
 
     async def test_unknown_dependency(self, conformance: Conformance) -> None:
-        error = await refused(
+        error = await _refused_storing_nothing(
+            conformance,
             "queue/flow-unknown-dep",
-            conformance.queue.enqueue_flow(
-                conformance.name, [{"name": "a"}, {"name": "b", "depends_on": ["a", "ghost"]}]
-            ),
+            [{"name": "a"}, {"name": "b", "depends_on": ["a", "ghost"]}],
         )
         assert "ghost" in error.message
-        assert await conformance.size() == 0
 
     async def test_self_dependency_is_a_cycle(self, conformance: Conformance) -> None:
-        error = await refused(
+        error = await _refused_storing_nothing(
+            conformance,
             "queue/flow-cycle",
-            conformance.queue.enqueue_flow(
-                conformance.name, [{"name": "a"}, {"name": "loop", "depends_on": ["loop"]}]
-            ),
+            [{"name": "a"}, {"name": "loop", "depends_on": ["loop"]}],
         )
         assert "loop" in error.message
-        assert await conformance.size() == 0
 
     async def test_cycle_names_its_children(self, conformance: Conformance) -> None:
-        error = await refused(
+        error = await _refused_storing_nothing(
+            conformance,
             "queue/flow-cycle",
-            conformance.queue.enqueue_flow(
-                conformance.name,
-                [
-                    {"name": "start"},
-                    {"name": "x", "depends_on": ["start", "z"]},
-                    {"name": "y", "depends_on": ["x"]},
-                    {"name": "z", "depends_on": ["y"]},
-                ],
-            ),
+            [
+                {"name": "start"},
+                {"name": "x", "depends_on": ["start", "z"]},
+                {"name": "y", "depends_on": ["x"]},
+                {"name": "z", "depends_on": ["y"]},
+            ],
         )
         assert all(child in error.message for child in ("x", "y", "z"))
         assert "start" not in error.message
-        assert await conformance.size() == 0
 
     @pytest.mark.parametrize(
         "child",
@@ -466,19 +470,15 @@ class TestFlowValidation:
     async def test_bad_child_option_is_bad_argument_naming_the_child(
         self, conformance: Conformance, child: dict[str, Any]
     ) -> None:
-        error = await refused(
-            "queue/bad-argument",
-            conformance.queue.enqueue_flow(conformance.name, [{"name": "ok"}, child]),
+        error = await _refused_storing_nothing(
+            conformance, "queue/bad-argument", [{"name": "ok"}, child]
         )
         assert "'a'" in error.message
-        assert await conformance.size() == 0
 
     async def test_unserialisable_payload_is_bad_payload(self, conformance: Conformance) -> None:
-        await refused(
-            "queue/bad-payload",
-            conformance.queue.enqueue_flow(conformance.name, [{"name": "a", "payload": {1, 2}}]),
+        await _refused_storing_nothing(
+            conformance, "queue/bad-payload", [{"name": "a", "payload": {1, 2}}]
         )
-        assert await conformance.size() == 0
 
 
 @pytest.mark.anyio

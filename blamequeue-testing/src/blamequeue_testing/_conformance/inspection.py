@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 
 import anyio
 import pytest
@@ -69,6 +70,25 @@ async def _done_dead_and_two_pending(q: Queue, name: str) -> tuple[str, str, lis
     dead = await q.enqueue(name, "dead", max_attempts=1)
     await q.tick(name, fail)
     return done, dead, await q.enqueue_many(name, ["p1", "p2"])
+
+
+@asynccontextmanager
+async def _retaining_done_and_dead_jobs(conformance: Conformance, why: str) -> AsyncIterator[Queue]:
+    """A queue that keeps done jobs :data:`RETAIN` seconds; the test skips (``why``) on a
+    backend without a dead-letter queue or that keeps no done job."""
+    conformance.require("dlq", why)
+    conformance.require_retained_done_jobs()
+    async with conformance.factory.open(retain_done=RETAIN) as queue:
+        yield queue
+
+
+async def _three_dead_jobs(q: Queue, name: str) -> list[str]:
+    """Three jobs failed into the dead-letter queue one after the other; their ids."""
+    dead = []
+    for n in range(3):
+        dead.append(await q.enqueue(name, f"dead {n}", max_attempts=1))
+        await q.tick(name, fail)
+    return dead
 
 
 def _ids(page: JobPage) -> list[str]:
@@ -208,10 +228,10 @@ class TestGetJob:
 @requires("inspection", "the backend cannot be inspected")
 class TestListJobs:
     async def test_lists_by_state_then_enqueue_order(self, conformance: Conformance) -> None:
-        conformance.require("dlq", "the listing mixes dead jobs in")
-        conformance.require_retained_done_jobs()
         name = conformance.name
-        async with conformance.factory.open(retain_done=RETAIN) as q:
+        async with _retaining_done_and_dead_jobs(
+            conformance, "the listing mixes dead jobs in"
+        ) as q:
             done, dead, (first, second) = await _done_dead_and_two_pending(q, name)
             page = await q.list_jobs(name)
         assert _ids(page) == [first, second, done, dead]
@@ -260,10 +280,7 @@ class TestListJobs:
     async def test_pages_cross_from_one_state_to_the_next(self, conformance: Conformance) -> None:
         conformance.require("dlq", "there is no dead-letter queue")
         q, name = conformance.queue, conformance.name
-        dead = []
-        for n in range(3):
-            dead.append(await q.enqueue(name, f"dead {n}", max_attempts=1))
-            await q.tick(name, fail)
+        dead = await _three_dead_jobs(q, name)
         pending = await q.enqueue_many(name, ["p1", "p2", "p3"])
         pages = await _all_pages(q, name, limit=2)
         assert [job_id for page in pages for job_id in _ids(page)] == pending + dead
@@ -271,10 +288,7 @@ class TestListJobs:
     async def test_a_cursor_pages_within_a_state_filter(self, conformance: Conformance) -> None:
         conformance.require("dlq", "there is no dead-letter queue")
         q, name = conformance.queue, conformance.name
-        dead = []
-        for n in range(3):
-            dead.append(await q.enqueue(name, f"dead {n}", max_attempts=1))
-            await q.tick(name, fail)
+        dead = await _three_dead_jobs(q, name)
         await q.enqueue_many(name, ["p1", "p2"])
         pages = await _all_pages(q, name, limit=2, state="dead")
         assert [_ids(page) for page in pages] == [dead[:2], dead[2:]]
@@ -324,10 +338,8 @@ class TestListJobs:
 @requires("inspection", "the backend cannot be inspected")
 class TestQueueCounts:
     async def test_counts_each_state_of_the_queue(self, conformance: Conformance) -> None:
-        conformance.require("dlq", "there is no dead-letter queue")
-        conformance.require_retained_done_jobs()
         name = conformance.name
-        async with conformance.factory.open(retain_done=RETAIN) as q:
+        async with _retaining_done_and_dead_jobs(conformance, "there is no dead-letter queue") as q:
             await _done_dead_and_two_pending(q, name)
             found = {info.name: info for info in await q.queues()}
             assert found[name] == QueueInfo(

@@ -24,28 +24,29 @@ async def _done_rows_left(queue: Queue, now: float) -> int:
     return result.pruned
 
 
+async def _done_rows_left_after(
+    conformance: Conformance, *, retain_done: float, seconds: float
+) -> int:
+    """On a queue keeping done jobs ``retain_done`` seconds, complete one job, move the clock
+    ``seconds`` past its completion and sweep; the done rows left."""
+    async with conformance.factory.open(retain_done=retain_done) as q:
+        await q.enqueue(conformance.name, "x")
+        await q.tick(conformance.name, succeed)
+        conformance.advance_to(conformance.now() + seconds)
+        await q.sweep()
+        return await _done_rows_left(q, conformance.now())
+
+
 @pytest.mark.anyio
 class TestRetention:
     async def test_done_job_is_kept_until_retain_done_has_passed(
         self, conformance: Conformance
     ) -> None:
         conformance.require_retained_done_jobs()
-        async with conformance.factory.open(retain_done=5) as q:
-            await q.enqueue(conformance.name, "x")
-            await q.tick(conformance.name, succeed)
-            done_at = conformance.now()
-            conformance.advance_to(done_at + 4.999)
-            await q.sweep()
-            assert await _done_rows_left(q, conformance.now()) == 1
+        assert await _done_rows_left_after(conformance, retain_done=5, seconds=4.999) == 1
 
     async def test_sweep_prunes_done_job_after_retain_done(self, conformance: Conformance) -> None:
-        async with conformance.factory.open(retain_done=5) as q:
-            await q.enqueue(conformance.name, "x")
-            await q.tick(conformance.name, succeed)
-            done_at = conformance.now()
-            conformance.advance_to(done_at + 5.001)
-            await q.sweep()
-            assert await _done_rows_left(q, conformance.now()) == 0
+        assert await _done_rows_left_after(conformance, retain_done=5, seconds=5.001) == 0
 
     async def test_retain_done_zero_deletes_done_job_at_once(
         self, conformance: Conformance

@@ -28,6 +28,16 @@ _KEY = "reindex:user-42"
 _CONCURRENT = 24
 
 
+async def _dead_with_the_key(conformance: Conformance) -> str:
+    """A job ``"doomed"`` holding the unique key, failed into the dead-letter queue; its id."""
+    conformance.require("dlq", "there is no dead-letter queue to retry from")
+    job_id = await conformance.queue.enqueue(
+        conformance.name, "doomed", unique_key=_KEY, max_attempts=1
+    )
+    assert (await conformance.queue.tick(conformance.name, fail)).moved_to_dlq == 1
+    return job_id
+
+
 async def _shared_queues(
     conformance: Conformance, stack: AsyncExitStack, count: int
 ) -> list[Queue]:
@@ -168,10 +178,8 @@ class TestUniqueJobs:
     async def test_dlq_retry_brings_the_job_back_without_its_key(
         self, conformance: Conformance
     ) -> None:
-        conformance.require("dlq", "there is no dead-letter queue to retry from")
         q, name = conformance.queue, conformance.name
-        first = await q.enqueue(name, "doomed", unique_key=_KEY, max_attempts=1)
-        await q.tick(name, fail)
+        first = await _dead_with_the_key(conformance)
         assert await q.dlq_retry(first)
         second = await q.enqueue(name, "fresh", unique_key=_KEY)
         assert second != first
@@ -180,10 +188,8 @@ class TestUniqueJobs:
     async def test_dlq_retry_after_another_job_took_the_key_runs_both(
         self, conformance: Conformance
     ) -> None:
-        conformance.require("dlq", "there is no dead-letter queue to retry from")
         q, name = conformance.queue, conformance.name
-        first = await q.enqueue(name, "doomed", unique_key=_KEY, max_attempts=1)
-        await q.tick(name, fail)
+        first = await _dead_with_the_key(conformance)
         second = await q.enqueue(name, "fresh", unique_key=_KEY)
         assert await q.dlq_retry(first)
         assert await q.enqueue(name, "again", unique_key=_KEY) == second
