@@ -12,7 +12,7 @@ from blamequeue import JobContext, Queue, QueueError
 
 from .fixtures import Conformance
 from .refusals import refused, refused_at_once
-from .requirements import requires
+from .requirements import lacking, requires
 
 __all__ = ["TestBatches", "TestWithoutBatches"]
 
@@ -161,11 +161,9 @@ class TestBatches:
         await refused("queue/bad-argument", queue.prune_batches(older_than=-1))
 
 
-@pytest.mark.anyio
+@lacking("records", "TestBatches covers it")
 class TestWithoutBatches:
     async def test_batches_need_records(self, conformance: Conformance) -> None:
-        if conformance.capabilities.records:
-            pytest.skip("the backend keeps shared records (TestBatches covers it)")
         queue, name = conformance.queue, conformance.name
 
         @queue.task(name="Import", queue=name)

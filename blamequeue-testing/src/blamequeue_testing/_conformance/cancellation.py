@@ -19,31 +19,12 @@ from blamequeue import Job, JobContext
 from .fixtures import Conformance, succeed, wait_for, wait_until
 from .flows import fetch_then_parse
 from .refusals import refused
-from .requirements import requires, requires_virtual_leases
-from .running import stop
+from .requirements import lacking, requires, requires_virtual_leases
+from .running import Hanging, stop
 
 __all__ = ["TestCancel", "TestCancelRunning", "TestWithoutCancel"]
 
 _LEASE = 30.0
-
-
-class _Hanging:
-    """An async handler that runs until cancelled (or released) and records how it ended."""
-
-    def __init__(self) -> None:
-        self.started = anyio.Event()
-        self.release = anyio.Event()
-        self.cancelled = False
-        self.job_ids: list[str] = []
-
-    async def __call__(self, job: Job, ctx: JobContext) -> None:
-        self.job_ids.append(job.id)
-        self.started.set()
-        try:
-            await self.release.wait()
-        except anyio.get_cancelled_exc_class():
-            self.cancelled = True
-            raise
 
 
 async def _state(conformance: Conformance, job_id: str) -> str | None:
@@ -174,7 +155,7 @@ class TestCancel:
         conformance.require_virtual_leases()
         q, name = conformance.queue, conformance.name
         job_id = await q.enqueue(name, "x")
-        handler = _Hanging()
+        handler = Hanging()
         consumer = await q.consume(name, handler, lease=_LEASE, heartbeat=False)
         await wait_for(handler.started, "the handler to start")
         assert await q.cancel(job_id) is True
@@ -244,7 +225,7 @@ class TestCancelRunning:
     ) -> None:
         q, name = conformance.queue, conformance.name
         job_id = await q.enqueue(name, "x")
-        handler = _Hanging()
+        handler = Hanging()
         consumer = await q.consume(name, handler, lease=_LEASE, poll_interval=0.05)
         await wait_for(handler.started, "the handler to start")
         assert await q.cancel(job_id) is True
@@ -261,7 +242,7 @@ class TestCancelRunning:
     async def test_other_running_handlers_keep_going(self, conformance: Conformance) -> None:
         q, name = conformance.queue, conformance.name
         doomed, kept = await q.enqueue_many(name, ["doomed", "kept"])
-        handler = _Hanging()
+        handler = Hanging()
         consumer = await q.consume(name, handler, lease=_LEASE, concurrency=2, poll_interval=0.05)
         await wait_until(lambda: len(handler.job_ids) == 2, "both handlers to start")
         await q.cancel(doomed)
@@ -298,13 +279,11 @@ class TestCancelRunning:
         assert await _state(conformance, job_id) in ("cancelled", None)
 
 
-@pytest.mark.anyio
+@lacking("cancel", "TestCancel covers it")
 class TestWithoutCancel:
     async def test_cancel_is_refused_with_cancel_unsupported(
         self, conformance: Conformance
     ) -> None:
-        if conformance.capabilities.cancel:
-            pytest.skip("backend declares cancel=True")
         q, name = conformance.queue, conformance.name
         job_id = await q.enqueue(name, "x")
         await refused("queue/cancel-unsupported", q.cancel(job_id))

@@ -16,7 +16,7 @@ import pytest
 from blamequeue import Consumer, Job, JobContext, RateLimit
 
 from .fixtures import Conformance, succeed, wait_for, wait_until
-from .running import starts_two_at_a_time, stop
+from .running import Hanging, starts_two_at_a_time, stop
 
 __all__ = ["TestConsume", "TestConsumerConcurrency", "TestRateLimit"]
 
@@ -131,24 +131,17 @@ class TestConsume:
     ) -> None:
         q, name = conformance.queue, conformance.name
         await q.enqueue_many(name, ["first", "second", "third"])
-        started, release = anyio.Event(), anyio.Event()
-        finished: list[Any] = []
-
-        async def slow(job: Job, ctx: JobContext) -> None:
-            started.set()
-            await release.wait()
-            finished.append(job.payload)
-
+        slow = Hanging()
         consumer = await q.consume(name, slow, poll_interval=POLL)
-        await wait_for(started, "the first job to start")
+        await wait_for(slow.started, "the first job to start")
         assert consumer.in_flight == 1
         consumer.cancel()
         assert consumer.cancelled
         await q.enqueue(name, "fourth")
-        release.set()
+        slow.release.set()
         with anyio.fail_after(10):
             await consumer.wait_stopped()
-        assert finished == ["first"]  # the running handler finished on its own ...
+        assert slow.finished == ["first"]  # the running handler finished on its own ...
         assert (consumer.stats.leased, consumer.stats.succeeded) == (1, 1)  # ... and settled
         assert consumer.in_flight == 0
         assert await conformance.size() == 3  # nothing else was leased

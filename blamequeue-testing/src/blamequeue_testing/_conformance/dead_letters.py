@@ -5,13 +5,11 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
-import pytest
-
 from blamequeue import DeadLetter, Job, JobContext
 
 from .fixtures import Conformance, fail, succeed
 from .refusals import refused
-from .requirements import requires
+from .requirements import lacking, requires
 
 __all__ = ["TestDeadLetterQueue", "TestWithoutDeadLetterQueue"]
 
@@ -198,11 +196,9 @@ class TestDeadLetterQueue:
         assert await conformance.dlq_size() == 0
 
 
-@pytest.mark.anyio
+@lacking("dlq", "covered by TestDeadLetterQueue")
 class TestWithoutDeadLetterQueue:
     async def test_dlq_calls_raise_dlq_unsupported(self, conformance: Conformance) -> None:
-        if conformance.capabilities.dlq:
-            pytest.skip("backend declares dlq=True: covered by TestDeadLetterQueue")
         q, name = conformance.queue, conformance.name
         calls: list[Callable[[], Awaitable[object]]] = [
             lambda: q.dlq_size(name),

@@ -12,7 +12,7 @@ from blamequeue import FlowChild, FlowResult, Job, JobContext, QueueError
 
 from .fixtures import BACKEND, Conformance, fail, succeed, wait_until
 from .refusals import refused
-from .requirements import requires
+from .requirements import lacking, requires
 from .running import Recorder, consuming
 
 __all__ = ["TestFlowValidation", "TestFlows", "TestWithoutFlows"]
@@ -481,11 +481,9 @@ class TestFlowValidation:
         )
 
 
-@pytest.mark.anyio
+@lacking("flows", "covered by TestFlows")
 class TestWithoutFlows:
     async def test_enqueue_flow_raises_flow_unsupported(self, conformance: Conformance) -> None:
-        if conformance.capabilities.flows:
-            pytest.skip("backend declares flows=True: covered by TestFlows")
         q, name = conformance.queue, conformance.name
         await refused(
             "queue/flow-unsupported",

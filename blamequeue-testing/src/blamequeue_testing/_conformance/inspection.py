@@ -31,7 +31,7 @@ from blamequeue.errors import UnsupportedError
 
 from .fixtures import BACKEND, SAFETY_NET, Conformance, fail, succeed, wait_until
 from .refusals import refused
-from .requirements import requires
+from .requirements import lacking, requires
 from .running import consuming, stop
 
 __all__ = [
@@ -485,13 +485,8 @@ class TestWorkers:
                 assert consumer.id in ids
 
 
-@pytest.mark.anyio
+@lacking("inspection", "TestGetJob and its neighbours apply")
 class TestWithoutInspection:
-    @pytest.fixture(autouse=True)
-    def _lacks_inspection(self, conformance: Conformance) -> None:
-        if conformance.capabilities.inspection:
-            pytest.skip("backend declares inspection=True: TestGetJob and its neighbours apply")
-
     async def test_each_inspection_call_is_answered_or_refused_clearly(
         self, conformance: Conformance
     ) -> None:

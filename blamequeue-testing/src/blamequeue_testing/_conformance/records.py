@@ -17,7 +17,7 @@ from blamequeue._records import decode_value
 
 from .fixtures import Conformance
 from .refusals import refused, refused_at_once
-from .requirements import requires
+from .requirements import lacking, requires
 
 __all__ = ["TestRecords", "TestWithoutRecords"]
 
@@ -184,11 +184,9 @@ class TestRecords:
         assert await store.get("k", "k") is None
 
 
-@pytest.mark.anyio
+@lacking("records", "TestRecords covers it")
 class TestWithoutRecords:
     async def test_records_are_refused_with_a_clear_code(self, conformance: Conformance) -> None:
-        if conformance.capabilities.records:
-            pytest.skip("the backend keeps shared records (TestRecords covers it)")
         caught = refused_at_once("queue/records-unsupported", conformance.queue.records)
         assert "records" in str(caught)
         for call in [

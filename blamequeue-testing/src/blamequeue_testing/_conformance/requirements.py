@@ -5,6 +5,8 @@ every test runs on asyncio and on trio) and gives it an autouse fixture that ski
 tests, saying why, on a backend that does not declare the capability; ``@requires_virtual_leases``
 and ``@requires_virtual_time(why)`` do the same for a store that keeps leases or due times on a
 clock of its own, which the virtual clock cannot move.  Stacked, each adds its own check.
+``@lacking("dlq", "TestDeadLetterQueue covers it")`` is the other way round: the class checks
+how a backend without the capability refuses, and is skipped on one that declares it.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import pytest
 
 from .fixtures import Conformance
 
-__all__ = ["requires", "requires_virtual_leases", "requires_virtual_time"]
+__all__ = ["lacking", "requires", "requires_virtual_leases", "requires_virtual_time"]
 
 _Class = TypeVar("_Class", bound=type)
 
@@ -36,6 +38,16 @@ def requires_virtual_time(why: str) -> Callable[[_Class], _Class]:
     return _skipping_unless(
         "_requires_virtual_time", lambda conformance: conformance.require_virtual_time(why)
     )
+
+
+def lacking(flag: str, why: str) -> Callable[[_Class], _Class]:
+    """Skip every test of the class when the backend declares capability ``flag``."""
+
+    def skip_if_capable(conformance: Conformance) -> None:
+        if getattr(conformance.capabilities, flag):
+            pytest.skip(f"backend declares {flag}=True: {why}")
+
+    return _skipping_unless(f"_lacking_{flag}", skip_if_capable)
 
 
 def _skipping_unless(

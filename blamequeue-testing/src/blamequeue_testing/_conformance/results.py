@@ -23,7 +23,7 @@ from blamequeue.errors import JobFailedError
 
 from .fixtures import BACKEND, SAFETY_NET, Conformance, fail, succeed, wait_for
 from .refusals import refused
-from .requirements import requires
+from .requirements import lacking, requires
 
 __all__ = ["TestFlowResults", "TestProgressEvents", "TestResults", "TestWithoutResults"]
 
@@ -441,11 +441,9 @@ class TestProgressEvents:
         assert info.value.code == "queue/bad-argument"
 
 
-@pytest.mark.anyio
+@lacking("results", "TestResults covers it")
 class TestWithoutResults:
     async def test_result_and_subscribe_are_refused(self, conformance: Conformance) -> None:
-        if conformance.capabilities.results:
-            pytest.skip("backend declares results=True: TestResults covers it")
         q: Queue = conformance.queue
         job_id = await q.enqueue(conformance.name, None)
         await refused("queue/results-unsupported", q.result(job_id, timeout=1))

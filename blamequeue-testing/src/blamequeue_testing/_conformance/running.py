@@ -13,7 +13,7 @@ from blamequeue import Consumer, Job, JobContext, Queue
 
 from .fixtures import SAFETY_NET, Conformance, wait_until
 
-__all__ = ["Recorder", "consuming", "lease_order", "starts_two_at_a_time", "stop"]
+__all__ = ["Hanging", "Recorder", "consuming", "lease_order", "starts_two_at_a_time", "stop"]
 
 
 class Recorder:
@@ -27,6 +27,31 @@ class Recorder:
     async def __call__(self, job: Job, ctx: JobContext) -> None:
         self.seen.append(job.payload)
         self.jobs.append(job)
+
+
+class Hanging:
+    """A handler that runs until :attr:`release` is set (or it is cancelled) and records how
+    each run ended."""
+
+    def __init__(self) -> None:
+        self.started = anyio.Event()
+        """Set when the first run starts."""
+        self.release = anyio.Event()
+        self.job_ids: list[str] = []
+        """The jobs it started, in order."""
+        self.finished: list[Any] = []
+        """The payloads of the runs that returned once released."""
+        self.cancelled = False
+
+    async def __call__(self, job: Job, ctx: JobContext) -> None:
+        self.job_ids.append(job.id)
+        self.started.set()
+        try:
+            await self.release.wait()
+        except anyio.get_cancelled_exc_class():
+            self.cancelled = True
+            raise
+        self.finished.append(job.payload)
 
 
 async def lease_order(conformance: Conformance, *, max: int = 100, **options: Any) -> list[Any]:

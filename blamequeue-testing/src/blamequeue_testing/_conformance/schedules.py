@@ -19,7 +19,7 @@ from blamequeue import Every, JobContext, Queue, QueueError
 
 from .fixtures import Conformance
 from .refusals import refused, refused_at_once
-from .requirements import requires, requires_virtual_time
+from .requirements import lacking, requires, requires_virtual_time
 
 __all__ = ["TestSchedules", "TestWithoutSchedules"]
 
@@ -171,10 +171,8 @@ class TestSchedules:
                 helper()
 
 
-@pytest.mark.anyio
+@lacking("records", "TestSchedules covers it")
 class TestWithoutSchedules:
     async def test_schedules_need_records(self, conformance: Conformance) -> None:
-        if conformance.capabilities.records:
-            pytest.skip("the backend keeps shared records (TestSchedules covers it)")
         _declare(conformance.queue, conformance.name)
         await refused("queue/records-unsupported", conformance.queue.trigger_schedule("reports"))

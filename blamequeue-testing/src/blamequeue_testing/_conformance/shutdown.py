@@ -18,7 +18,7 @@ import pytest
 from blamequeue import Job, JobContext, Queue
 
 from .fixtures import SAFETY_NET, Conformance, wait_for, wait_until
-from .running import Recorder
+from .running import Hanging, Recorder
 
 __all__ = ["TestShutdown"]
 
@@ -56,13 +56,7 @@ async def _released_with_its_attempt_given_back(conformance: Conformance, observ
 class TestShutdown:
     async def test_shutdown_waits_for_running_handlers(self, conformance: Conformance) -> None:
         name = conformance.name
-        started, release = anyio.Event(), anyio.Event()
-        finished: list[str] = []
-
-        async def slow(job: Job, ctx: JobContext) -> None:
-            started.set()
-            await release.wait()
-            finished.append(job.payload)
+        slow = Hanging()
 
         async with anyio.create_task_group() as tg:  # entered before the worker's own
             worker = conformance.factory.build()
@@ -70,17 +64,17 @@ class TestShutdown:
             try:
                 await worker.enqueue(name, "finish me")
                 consumer = await worker.consume(name, slow, poll_interval=POLL)
-                await wait_for(started, "the handler to start")
+                await wait_for(slow.started, "the handler to start")
 
                 async def release_once_shutting_down() -> None:
                     await wait_until(lambda: consumer.cancelled, "shutdown to stop the consumer")
-                    release.set()
+                    slow.release.set()
 
                 tg.start_soon(release_once_shutting_down)
                 await worker.shutdown(timeout=SAFETY_NET)
             finally:
                 await worker.shutdown()
-        assert finished == ["finish me"]
+        assert slow.finished == ["finish me"]
         stats = consumer.stats
         assert (stats.succeeded, stats.failed, stats.stale, stats.unsettled) == (1, 0, 0, 0)
 

@@ -15,11 +15,11 @@ from typing import Any
 import anyio
 import pytest
 
-from blamequeue import Job, JobContext, QueueError, TickResult
+from blamequeue import Job, QueueError, TickResult
 
 from .fixtures import Conformance, succeed, wait_for, wait_until
 from .refusals import refused
-from .running import stop
+from .running import Hanging, stop
 
 __all__ = ["TestTimeouts"]
 
@@ -27,24 +27,6 @@ _TEN_MINUTES = 600.0
 # Longer than the timeout, so the lease never runs out first (on a store with native leases
 # too: virtual minutes are real milliseconds).
 _LEASE = 900.0
-
-
-class _Hanging:
-    """An async handler that never finishes by itself and records how it ended."""
-
-    def __init__(self) -> None:
-        self.started = anyio.Event()
-        self.starts = 0
-        self.cancelled = False
-
-    async def __call__(self, job: Job, ctx: JobContext) -> None:
-        self.starts += 1
-        self.started.set()
-        try:
-            await anyio.sleep_forever()
-        except anyio.get_cancelled_exc_class():
-            self.cancelled = True
-            raise
 
 
 async def _tick_past_timeout(
@@ -78,7 +60,7 @@ class TestTimeouts:
         conformance.require("dlq", "the timed-out job is read back from the dead-letter queue")
         q, name = conformance.queue, conformance.name
         job_id = await q.enqueue(name, "slow", timeout=_TEN_MINUTES, max_attempts=1)
-        handler = _Hanging()
+        handler = Hanging()
         result = await _tick_past_timeout(
             conformance, handler, handler.started.is_set, _TEN_MINUTES
         )
@@ -95,7 +77,7 @@ class TestTimeouts:
     ) -> None:
         q, name = conformance.queue, conformance.name
         await q.enqueue(name, "slow", timeout=_TEN_MINUTES, max_attempts=3)
-        handler = _Hanging()
+        handler = Hanging()
         result = await _tick_past_timeout(
             conformance, handler, handler.started.is_set, _TEN_MINUTES
         )
@@ -122,7 +104,7 @@ class TestTimeouts:
     async def test_timeout_is_measured_on_the_queue_clock(self, conformance: Conformance) -> None:
         q, name = conformance.queue, conformance.name
         await q.enqueue(name, "slow", timeout=_TEN_MINUTES, max_attempts=1)
-        handler = _Hanging()
+        handler = Hanging()
         results: list[TickResult] = []
 
         async def tick() -> None:
@@ -143,7 +125,7 @@ class TestTimeouts:
     async def test_consumer_enforces_timeout(self, conformance: Conformance) -> None:
         q, name = conformance.queue, conformance.name
         await q.enqueue(name, "slow", timeout=_TEN_MINUTES, max_attempts=1)
-        handler = _Hanging()
+        handler = Hanging()
         consumer = await q.consume(name, handler, lease=_LEASE, poll_interval=0.05)
         await wait_for(handler.started, "the handler to start")
         conformance.advance(_TEN_MINUTES)
@@ -198,8 +180,13 @@ class TestTimeouts:
     ) -> None:
         q, name = conformance.queue, conformance.name
         await q.enqueue_many(name, ["a", "b"], timeout=_TEN_MINUTES, max_attempts=3)
-        handler = _Hanging()
+        handler = Hanging()
         result = await _tick_past_timeout(
-            conformance, handler, lambda: handler.starts == 2, _TEN_MINUTES, max=2, concurrency=2
+            conformance,
+            handler,
+            lambda: len(handler.job_ids) == 2,
+            _TEN_MINUTES,
+            max=2,
+            concurrency=2,
         )
         assert (result.leased, result.failed) == (2, 2)

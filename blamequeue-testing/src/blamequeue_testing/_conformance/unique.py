@@ -19,7 +19,7 @@ from blamequeue import Job, JobContext, Queue
 
 from .fixtures import Conformance, fail, succeed
 from .refusals import refused
-from .requirements import requires
+from .requirements import lacking, requires
 from .running import lease_order
 
 __all__ = ["TestUniqueArguments", "TestUniqueJobs", "TestWithoutUniqueJobs"]
@@ -210,13 +210,11 @@ class TestUniqueJobs:
         assert _KEY not in digest
 
 
-@pytest.mark.anyio
+@lacking("unique", "TestUniqueJobs covers it")
 class TestWithoutUniqueJobs:
     async def test_a_unique_key_is_refused_and_nothing_is_stored(
         self, conformance: Conformance
     ) -> None:
-        if conformance.capabilities.unique:
-            pytest.skip("backend declares unique=True: TestUniqueJobs covers it")
         q, name = conformance.queue, conformance.name
         info = await refused("queue/unique-unsupported", q.enqueue(name, "x", unique_key=_KEY))
         assert "unique" in info.message
