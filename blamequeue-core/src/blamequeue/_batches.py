@@ -36,7 +36,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final, Protocol
 
 import attrs
 
@@ -47,13 +47,10 @@ from ._job_meta import BATCH_KEY, TIMEOUT_KEY, JobMeta
 from ._job_seals import CONTEXT_META_KEY, TASK_META_KEY, meta_text, seal_jobs
 from ._records import RecordStore, decode_value
 from ._runtime import BackendRuntime
-from ._tasks import PendingDispatch, to_wire
+from ._tasks import PendingDispatch, TaskQueue, to_wire
 from ._validation import check_delay
 from .abc import NewJob, StoredJob
 from .errors import BadArgumentError, NotFoundError, QueueError
-
-if TYPE_CHECKING:
-    from ._queue import Queue
 
 __all__ = ["BATCH_META_KEY", "Batch", "PendingBatch", "batch_of", "on_batch_job", "skip_job"]
 
@@ -67,6 +64,24 @@ _CANCEL_CACHE = 1.0
 
 def _bad(message: str) -> BadArgumentError:
     return BadArgumentError("queue/bad-argument", message)
+
+
+class BatchQueue(TaskQueue, Protocol):
+    """What batches need of their queue (a :class:`Queue`): task jobs to build and enqueue,
+    and the queue's batch methods, which a :class:`Batch` forwards to."""
+
+    def job(self, task: Any, payload: Any = None) -> PendingDispatch: ...
+    def _known_runtime(self, backend: str | None) -> BackendRuntime | None: ...
+    def _build_task_jobs(
+        self, runtime: BackendRuntime, options: Mapping[str, Any]
+    ) -> list[NewJob]: ...
+    def _added(self, runtime: BackendRuntime, queue_name: str, ids: Sequence[str]) -> None: ...
+    async def _dispatch_batch(self, spec: PendingBatch) -> Batch: ...
+    async def find_batch(self, batch_id: str, *, backend: str | None = None) -> Batch | None: ...
+    async def cancel_batch(self, batch_id: str, *, backend: str | None = None) -> bool: ...
+    async def add_to_batch(
+        self, batch_id: str, jobs: Iterable[Any], *, backend: str | None = None
+    ) -> list[str]: ...
 
 
 @attrs.frozen(kw_only=True, eq=False)
@@ -87,7 +102,7 @@ class Batch:
     created_at: datetime
     cancelled_at: datetime | None
     finished_at: datetime | None
-    _owner: Queue = attrs.field(repr=False, alias="owner")
+    _owner: BatchQueue = attrs.field(repr=False, alias="owner")
 
     @property
     def progress(self) -> float:
@@ -127,7 +142,7 @@ class PendingBatch:
     """A batch being put together: ``queue.batch(jobs)`` and the setters, then
     ``dispatch()``.  Each setter returns a new builder."""
 
-    owner: Queue
+    owner: BatchQueue
     jobs: tuple[PendingDispatch, ...]
     batch_name: str | None = None
     queue_name: str | None = None
@@ -170,7 +185,7 @@ class PendingBatch:
             raise _bad(f"the {which} callback's payload must be JSON-serialisable: {exc}") from exc
         # Refused now, not when the batch finishes: keys JSON would change, or over the size
         # the backend takes (queue/bad-payload, queue/payload-too-large).
-        runtime = self.owner._runtimes.get(self.backend or self.owner._default)
+        runtime = self.owner._known_runtime(self.backend or None)
         dumps(spec["payload"], None if runtime is None else runtime.max_payload_bytes)
         return attrs.evolve(self, callbacks={**self.callbacks, which: spec})
 
@@ -194,7 +209,7 @@ class PendingBatch:
         return await self.owner._dispatch_batch(self)
 
 
-def to_dispatches(owner: Queue, jobs: Iterable[Any]) -> tuple[PendingDispatch, ...]:
+def to_dispatches(owner: BatchQueue, jobs: Iterable[Any]) -> tuple[PendingDispatch, ...]:
     """Accept ``queue.job(...)`` builders and ``(task, payload)`` pairs."""
     if isinstance(jobs, str | bytes | Mapping) or not isinstance(jobs, Iterable):
         raise _bad(f"a batch takes a list of jobs, got {type(jobs).__name__}")
@@ -220,7 +235,7 @@ def batch_of(stored: StoredJob) -> str | None:
 
 
 # -- the queue's side ---------------------------------------------------------------------------
-async def create(owner: Queue, spec: PendingBatch) -> Batch:
+async def create(owner: BatchQueue, spec: PendingBatch) -> Batch:
     runtime = owner._runtime(spec.backend)
     store = RecordStore(runtime)
     queue_name = spec.queue_name or spec.jobs[0].queue_name or spec.jobs[0].settings.queue
@@ -301,7 +316,7 @@ def _error_place(batch_id: str, job_id: str) -> bytes:
 
 
 def _build(
-    owner: Queue,
+    owner: BatchQueue,
     runtime: BackendRuntime,
     batch_id: str,
     queue_name: str,
@@ -317,7 +332,9 @@ def _build(
     return jobs
 
 
-async def add(owner: Queue, batch_id: str, more: Iterable[Any], backend: str | None) -> list[str]:
+async def add(
+    owner: BatchQueue, batch_id: str, more: Iterable[Any], backend: str | None
+) -> list[str]:
     runtime = owner._runtime(backend)
     store = RecordStore(runtime)
     record = await store.get(_BATCH, batch_id)
@@ -337,7 +354,7 @@ async def add(owner: Queue, batch_id: str, more: Iterable[Any], backend: str | N
     return [job.id for job in jobs]
 
 
-async def find(owner: Queue, runtime: BackendRuntime, batch_id: str) -> Batch | None:
+async def find(owner: BatchQueue, runtime: BackendRuntime, batch_id: str) -> Batch | None:
     store = RecordStore(runtime)
     record = await store.get(_BATCH, batch_id)
     if record is None:
@@ -346,7 +363,7 @@ async def find(owner: Queue, runtime: BackendRuntime, batch_id: str) -> Batch | 
 
 
 async def _to_batch(
-    owner: Queue,
+    owner: BatchQueue,
     runtime: BackendRuntime,
     store: RecordStore,
     counters: Mapping[str, float],
@@ -377,7 +394,7 @@ async def _to_batch(
     )
 
 
-async def all_batches(owner: Queue, runtime: BackendRuntime, limit: int) -> list[Batch]:
+async def all_batches(owner: BatchQueue, runtime: BackendRuntime, limit: int) -> list[Batch]:
     store = RecordStore(runtime)
     out = []
     for record in await store.list(_BATCH, limit=limit):

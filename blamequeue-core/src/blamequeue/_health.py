@@ -15,7 +15,7 @@ import json
 import math
 from collections.abc import Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, Protocol
 
 import attrs
 
@@ -29,9 +29,6 @@ from ._runtime import BackendRuntime
 from ._validation import MAX_SECONDS
 from .abc import Inspection
 from .errors import BadArgumentError, QueueError
-
-if TYPE_CHECKING:
-    from ._queue import Queue
 
 __all__ = [
     "HealthAlert",
@@ -310,8 +307,16 @@ async def check_report(
     )
 
 
+class HealthSource(Protocol):
+    """What the health app asks of a queue (a :class:`Queue`): its report."""
+
+    async def health(
+        self, thresholds: HealthThresholds | None = None, *, backend: str | None = None
+    ) -> HealthReport: ...
+
+
 def health_app(
-    queue: Queue, thresholds: HealthThresholds | None = None, *, backend: str | None = None
+    queue: HealthSource, thresholds: HealthThresholds | None = None, *, backend: str | None = None
 ) -> App:
     """An ASGI app answering every ``GET`` / ``HEAD`` with the queue's health report as
     JSON: ``200`` healthy, ``207`` degraded, ``503`` unhealthy (also when the queue is not

@@ -50,7 +50,7 @@ from ._validation import MAX_SECONDS_TEXT, is_duration
 from .errors import BadArgumentError, ConfigError
 
 if TYPE_CHECKING:
-    from ._queue import Queue
+    from .abc import Clock
 
 __all__ = [
     "SIGNATURE_HEADER",
@@ -401,6 +401,15 @@ def _positive(value: Any, what: str, *, integer: bool = False) -> Any:
     return value
 
 
+class EventSource(Protocol):
+    """What a notifier needs of the queue it is attached to (a :class:`Queue`): its events
+    and its clock."""
+
+    @property
+    def clock(self) -> Clock: ...
+    def on(self, event: str, listener: Callable[[QueueEvent], object]) -> object: ...
+
+
 class DeadJobNotifier:
     """Notify ``channels`` of jobs reaching the dead-letter queue.
 
@@ -434,10 +443,10 @@ class DeadJobNotifier:
         self._arrived: anyio.Event | None = None  # made by run(): an Event needs a running loop
         self._sent_at: dict[int, deque[float]] = {i: deque() for i in range(len(self.channels))}
         self._owed: dict[int, int] = dict.fromkeys(range(len(self.channels)), 0)
-        self._queue: Queue | None = None
+        self._queue: EventSource | None = None
 
     # -- wiring --------------------------------------------------------------------------
-    def attach(self, queue: Queue) -> None:
+    def attach(self, queue: EventSource) -> None:
         self._queue = queue
         queue.on("job.failed", self._on_event)
         queue.on("job.stalled", self._on_event)
@@ -470,7 +479,7 @@ class DeadJobNotifier:
             self._arrived.set()
 
     # -- delivery ------------------------------------------------------------------------
-    def _clock(self) -> Any:
+    def _clock(self) -> Clock:
         assert self._queue is not None
         return self._queue.clock
 

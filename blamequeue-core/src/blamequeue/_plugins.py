@@ -15,7 +15,8 @@ from typing import Any
 import attrs
 import pluggy
 
-from . import hookspecs
+import blamequeue.hookspecs as specs
+
 from .errors import ConfigError
 
 __all__ = ["PluginInfo", "PluginRegistry", "load_registry"]
@@ -97,8 +98,8 @@ def load_registry(env: Mapping[str, str] | None = None, *, refresh: bool = False
         return _cache[key]
     allowed, blocked = _split(key[0]), _split(key[1]) or set()
 
-    manager = pluggy.PluginManager(hookspecs.PROJECT)
-    manager.add_hookspecs(hookspecs)
+    manager = pluggy.PluginManager(specs.PROJECT)
+    manager.add_hookspecs(specs)
     dists: dict[str, tuple[str | None, str | None]] = {}
     seen: set[str] = set()
     failed: dict[str, str] = {}

@@ -13,7 +13,7 @@ import functools
 import logging
 import os
 import socket
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import anyio
 
@@ -22,10 +22,10 @@ from .abc import Inspection, WorkerRecord
 from .errors import QueueError, UnsupportedError
 
 if TYPE_CHECKING:
-    from ._consumer import Consumer
+    from ._execution import SettleCounts
     from ._runtime import BackendRuntime
 
-__all__ = ["HEARTBEAT_INTERVAL", "LIVE_FOR", "Presence"]
+__all__ = ["HEARTBEAT_INTERVAL", "LIVE_FOR", "Presence", "Worker"]
 
 log = logging.getLogger("blamequeue")
 
@@ -38,10 +38,23 @@ LIVE_FOR = 3 * HEARTBEAT_INTERVAL
 _LEAVE_TIMEOUT = 5.0
 
 
+class Worker(Protocol):
+    """What a worker's record tells of the consumer it stands for (a :class:`Consumer`)."""
+
+    @property
+    def queue_name(self) -> str: ...
+    @property
+    def concurrency(self) -> int: ...
+    @property
+    def in_flight(self) -> int: ...
+    @property
+    def stats(self) -> SettleCounts: ...
+
+
 class Presence:
     """One consumer's record in the worker registry."""
 
-    def __init__(self, runtime: BackendRuntime, consumer: Consumer) -> None:
+    def __init__(self, runtime: BackendRuntime, consumer: Worker) -> None:
         self.id = "worker-" + new_id()
         self._runtime = runtime
         self._consumer = consumer

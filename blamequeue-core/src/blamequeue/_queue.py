@@ -319,6 +319,11 @@ class Queue:
             )
         return runtime
 
+    def _known_runtime(self, backend: str | None) -> BackendRuntime | None:
+        """The runtime of ``backend`` (default: the default backend) if it is configured,
+        started or not."""
+        return self._runtimes.get(self._default if backend is None else backend)
+
     def _dlq_runtime(self, backend: str | None) -> BackendRuntime:
         runtime = self._runtime(backend)
         if not runtime.backend.capabilities.dlq:
@@ -566,6 +571,11 @@ class Queue:
         runtime.notify(queue_name)
         self._added(runtime, queue_name, [jobs[0].id])
         return jobs[0].id
+
+    async def _dispatch_task(self, options: Mapping[str, Any]) -> str:
+        """Enqueue the task job of a :class:`PendingDispatch`'s ``options`` (with the
+        scheduler's ``job_id``, if it gave one)."""
+        return await self._enqueue_task(**options)
 
     # -- batches (see _batches.py) ------------------------------------------------------------
     def batch(self, jobs: Iterable[Any]) -> PendingBatch:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
 
 import attrs
 
@@ -32,11 +32,12 @@ from ._codec import dumps
 from ._cron import Cron
 from ._ids import new_job_id
 from ._records import RecordStore, decode_value
-from ._tasks import to_wire
+from ._tasks import TaskQueue, to_wire
 from .errors import BadArgumentError, QueueError
 
 if TYPE_CHECKING:
-    from ._queue import Queue
+    from ._models import JobInfo
+    from ._runtime import BackendRuntime
     from ._tasks import PendingDispatch
 
 __all__ = [
@@ -169,10 +170,21 @@ class ScheduleStatus:
     """The state of that job now (``None``: not found, e.g. pruned after retention)."""
 
 
+class ScheduledQueue(TaskQueue, Protocol):
+    """What the scheduler needs of its queue (a :class:`Queue`) besides enqueueing: task jobs,
+    records, and a look at (or the cancel of) a slot's previous job."""
+
+    def job(self, task: Any, payload: Any = None) -> PendingDispatch: ...
+    def _known_runtime(self, backend: str | None) -> BackendRuntime | None: ...
+    def records(self, backend: str | None = None) -> RecordStore: ...
+    async def job_info(self, job_id: str, *, backend: str | None = None) -> JobInfo | None: ...
+    async def cancel(self, job_id: str, *, backend: str | None = None) -> bool: ...
+
+
 class Scheduler:
     """The schedules of one queue and the loop that fires them."""
 
-    def __init__(self, queue: Queue) -> None:
+    def __init__(self, queue: ScheduledQueue) -> None:
         self._queue = queue
         self._schedules: dict[str, Schedule] = {}
         self._checked: dict[str, float] = {}  # per schedule: up to when slots were looked at
@@ -195,7 +207,7 @@ class Scheduler:
         pending = self._queue.job(task, payload)  # refuses unknown tasks (queue/unknown-job)
         # A payload every firing would be refused for (queue/bad-payload, .../payload-too-large)
         # is refused here, once, instead of in a warning at each slot.
-        runtime = self._queue._runtimes.get(self._queue._default if backend is None else backend)
+        runtime = self._queue._known_runtime(backend)
         dumps(to_wire(payload), None if runtime is None else runtime.max_payload_bytes)
         task_name = pending.settings.name
         schedule_name = name if name is not None else f"{task_name} {expression}"
@@ -324,7 +336,7 @@ class Scheduler:
         if schedule.backend is not None:
             pending = pending.on_backend(schedule.backend)
         try:
-            await self._queue._enqueue_task(**pending._options(), job_id=job_id)
+            await self._queue._dispatch_task({**pending._options(), "job_id": job_id})
         except QueueError as exc:
             if "already exists" not in exc.message:
                 raise

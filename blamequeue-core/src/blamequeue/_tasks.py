@@ -20,7 +20,7 @@ import pkgutil
 import typing
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, overload
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar, overload
 
 import anyio
 import attrs
@@ -41,7 +41,8 @@ from ._validation import (
 from .errors import BadArgumentError, ConfigError, NotFoundError, QueueError
 
 if TYPE_CHECKING:
-    from ._queue import Queue
+    from ._runtime import BackendRuntime
+    from .abc import Clock
 
 __all__ = ["FunctionTask", "PendingDispatch", "Task", "TaskRegistry", "task"]
 
@@ -376,6 +377,16 @@ def _is_task_class(candidate: object) -> bool:
     )
 
 
+class TaskQueue(Protocol):
+    """What tasks need of the queue they are registered on (a :class:`~blamequeue.Queue`):
+    its clock, a backend's runtime, and enqueueing a task job."""
+
+    @property
+    def clock(self) -> Clock: ...
+    def _runtime(self, backend: str | None) -> BackendRuntime: ...
+    async def _dispatch_task(self, options: Mapping[str, Any]) -> str: ...
+
+
 class TaskRegistry:
     """The tasks a :class:`~blamequeue.Queue` knows, by name (``queue.tasks``).
 
@@ -385,12 +396,12 @@ class TaskRegistry:
         await queue.consume("emails", queue.tasks, concurrency=20)
     """
 
-    def __init__(self, queue: Queue) -> None:
+    def __init__(self, queue: TaskQueue) -> None:
         self._queue = queue
         self._tasks: dict[str, RegisteredTask] = {}
 
     @property
-    def queue(self) -> Queue:
+    def queue(self) -> TaskQueue:
         return self._queue
 
     def register(self, target: Any) -> Any:
@@ -557,7 +568,7 @@ class PendingDispatch:
     async def dispatch(self) -> str:
         """Enqueue the job; returns its id."""
         self.registry.get(self.settings.name)  # still registered?
-        return await self.registry.queue._enqueue_task(**self._options())
+        return await self.registry.queue._dispatch_task(self._options())
 
     async def dispatch_if(self, condition: object) -> str | None:
         return await self.dispatch() if condition else None
