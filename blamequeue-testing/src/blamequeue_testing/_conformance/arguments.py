@@ -5,7 +5,8 @@ before ``start`` are ``queue/not-initialized``, an unknown backend name is
 from __future__ import annotations
 
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import Any
 
@@ -129,6 +130,14 @@ async def _refused(call: Awaitable[object], code: str) -> QueueError:
     return error
 
 
+@asynccontextmanager
+async def _one_job_left_untouched(conformance: Conformance) -> AsyncIterator[tuple[Queue, str]]:
+    """The test's queue and name, holding one job that the body must leave leasable."""
+    await conformance.queue.enqueue(conformance.name, "untouched")
+    yield conformance.queue, conformance.name
+    assert await conformance.leasable() == 1
+
+
 @pytest.mark.anyio
 class TestBadInput:
     @pytest.mark.parametrize("payload", list(_BAD_PAYLOADS), ids=list(_BAD_PAYLOADS))
@@ -177,27 +186,22 @@ class TestBadInput:
     async def test_bad_consume_argument_is_refused_and_nothing_consumed(
         self, conformance: Conformance, option: str
     ) -> None:
-        q, name = conformance.queue, conformance.name
-        await q.enqueue(name, "untouched")
-        options = _BAD_CONSUME_OPTIONS[option]
-        await _refused(q.consume(name, succeed, **options), "queue/bad-argument")
-        assert await conformance.leasable() == 1
+        async with _one_job_left_untouched(conformance) as (q, name):
+            options = _BAD_CONSUME_OPTIONS[option]
+            await _refused(q.consume(name, succeed, **options), "queue/bad-argument")
 
     @pytest.mark.parametrize("option", list(_BAD_TICK_OPTIONS), ids=list(_BAD_TICK_OPTIONS))
     async def test_bad_tick_argument_is_refused_and_nothing_leased(
         self, conformance: Conformance, option: str
     ) -> None:
-        q, name = conformance.queue, conformance.name
-        await q.enqueue(name, "untouched")
-        await _refused(q.tick(name, succeed, **_BAD_TICK_OPTIONS[option]), "queue/bad-argument")
-        assert await conformance.leasable() == 1
+        async with _one_job_left_untouched(conformance) as (q, name):
+            options = _BAD_TICK_OPTIONS[option]
+            await _refused(q.tick(name, succeed, **options), "queue/bad-argument")
 
     async def test_handler_that_is_not_callable_is_refused(self, conformance: Conformance) -> None:
-        q, name = conformance.queue, conformance.name
-        await q.enqueue(name, "untouched")
-        await _refused(q.consume(name, None), "queue/bad-argument")  # type: ignore[arg-type]
-        await _refused(q.tick(name, "handler"), "queue/bad-argument")  # type: ignore[arg-type]
-        assert await conformance.leasable() == 1
+        async with _one_job_left_untouched(conformance) as (q, name):
+            await _refused(q.consume(name, None), "queue/bad-argument")  # type: ignore[arg-type]
+            await _refused(q.tick(name, "handler"), "queue/bad-argument")  # type: ignore[arg-type]
 
     async def test_bad_dlq_arguments_are_refused(self, conformance: Conformance) -> None:
         conformance.require("dlq", "the dead-letter calls are unsupported")

@@ -13,10 +13,10 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from blamequeue import Consumer, Job, JobContext, RateLimit
+from blamequeue import Job, JobContext, RateLimit
 
 from .fixtures import Conformance, succeed, wait_for, wait_until
-from .running import Hanging, starts_two_at_a_time, stop
+from .running import Crowd, Hanging, starts_two_at_a_time, stop
 
 __all__ = ["TestConsume", "TestConsumerConcurrency", "TestRateLimit"]
 
@@ -155,29 +155,13 @@ class TestConsumerConcurrency:
     ) -> None:
         q, name = conformance.queue, conformance.name
         await q.enqueue_many(name, list(range(10)))
-        running = 0
-        peak = 0
-        full = anyio.Event()
-        consumers: list[Consumer] = []
+        crowd = Crowd(3)
+        consumer = await q.consume(name, crowd, concurrency=3, poll_interval=POLL)
         in_flight: list[int] = []
-
-        async def handler(job: Job, ctx: JobContext) -> None:
-            nonlocal running, peak
-            running += 1
-            peak = max(peak, running)
-            if consumers:
-                in_flight.append(consumers[0].in_flight)
-            if running == 3:
-                full.set()
-            await full.wait()
-            await anyio.lowlevel.checkpoint()
-            running -= 1
-
-        consumers.append(await q.consume(name, handler, concurrency=3, poll_interval=POLL))
-        [consumer] = consumers
+        crowd.on_start = lambda: in_flight.append(consumer.in_flight)
         await wait_until(lambda: consumer.stats.succeeded == 10, "ten jobs to complete")
         await stop(consumer)
-        assert peak == 3
+        assert crowd.peak == 3
         assert max(in_flight) <= 3
 
     async def test_consumers_share_a_backlog_without_prefetching(

@@ -8,10 +8,11 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 
 from blamequeue import Consumer, Job, JobContext, Queue
 
-from .fixtures import SAFETY_NET, Conformance, wait_until
+from .fixtures import SAFETY_NET, Conformance, wait_for, wait_until
 
 __all__ = ["Hanging", "Recorder", "consuming", "lease_order", "starts_two_at_a_time", "stop"]
 
@@ -27,6 +28,30 @@ class Recorder:
     async def __call__(self, job: Job, ctx: JobContext) -> None:
         self.seen.append(job.payload)
         self.jobs.append(job)
+
+
+class Crowd:
+    """A handler whose runs each wait until ``size`` of them run at once, then complete;
+    :attr:`peak` is the most that ever ran at once.  ``on_start`` (settable later) is called
+    as each run starts."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.running = 0
+        self.peak = 0
+        self.full = anyio.Event()
+        self.on_start: Callable[[], object] | None = None
+
+    async def __call__(self, job: Job, ctx: JobContext) -> None:
+        self.running += 1
+        self.peak = max(self.peak, self.running)
+        if self.on_start is not None:
+            self.on_start()
+        if self.running == self.size:
+            self.full.set()
+        await wait_for(self.full, f"{self.size} handlers to run at once")
+        await anyio.lowlevel.checkpoint()
+        self.running -= 1
 
 
 class Hanging:

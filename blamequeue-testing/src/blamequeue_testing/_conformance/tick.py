@@ -11,6 +11,7 @@ import pytest
 from blamequeue import Job, JobContext, TickResult
 
 from .fixtures import Conformance, succeed, wait_for
+from .running import Crowd
 
 __all__ = ["TestTick"]
 
@@ -147,23 +148,10 @@ class TestTick:
     ) -> None:
         q, name = conformance.queue, conformance.name
         await q.enqueue_many(name, list(range(5)))
-        running = 0
-        peak = 0
-        together = anyio.Event()
-
-        async def handler(job: Job, ctx: JobContext) -> None:
-            nonlocal running, peak
-            running += 1
-            peak = max(peak, running)
-            if running == 2:
-                together.set()
-            await wait_for(together, "two handlers to run at once")
-            await anyio.lowlevel.checkpoint()
-            running -= 1
-
-        result = await q.tick(name, handler, max=5, concurrency=2)
+        crowd = Crowd(2)
+        result = await q.tick(name, crowd, max=5, concurrency=2)
         assert result.succeeded == 5
-        assert peak == 2
+        assert crowd.peak == 2
 
     async def test_tick_leaves_nothing_running(self, conformance: Conformance) -> None:
         q, name = conformance.queue, conformance.name
