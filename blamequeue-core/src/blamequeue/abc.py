@@ -52,7 +52,6 @@ from typing import Any, ClassVar, Self
 
 import attrs
 
-# -- base kit re-exports (begin): names of ._backend_kit, listed in __all__ too
 from ._backend_boundary import ErrorMap, ErrorRule, StoreGuard, redact_chain
 from ._backend_kit import (
     SETTLEMENT_OUTCOMES,
@@ -63,7 +62,6 @@ from ._backend_kit import (
 )
 from ._backend_options import OptionReader
 
-# -- base kit re-exports (end)
 from ._backend_values import (
     JOB_STATES,
     UNIQUE_HOLDING_STATES,
@@ -142,6 +140,7 @@ __all__ = [
 
 Refusal = tuple[ErrorCode, str, str]
 """A facet's refusal: the error code, what a backend without it cannot do, what to do."""
+
 
 @attrs.frozen(kw_only=True)
 class Capabilities:

@@ -283,7 +283,7 @@ class JsonFileStore(Backend):
         # unknown keys and bad values with queue/invalid-config, naming the option.
         read = OptionReader(
             self.options,
-            backend=f"backend {context.name!r} (protocol 'jsonfile')",
+            backend=f"backend {context.name!r} (protocol {self.protocol!r})",
             known=("path", "fsync"),
         )
         self._path = Path(read.path("path", "blamequeue-jobs.json")).absolute()
