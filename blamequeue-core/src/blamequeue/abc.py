@@ -61,7 +61,6 @@ from ._backend_kit import (
     storable_text,
 )
 from ._backend_options import OptionReader
-
 from ._backend_values import (
     JOB_STATES,
     UNIQUE_HOLDING_STATES,
