@@ -28,6 +28,12 @@ __all__ = ["TestBackoff"]
 _EARLY = 0.001
 
 
+def _require_checkable_retry_delays(conformance: Conformance) -> None:
+    """Skip unless the backend delays retries on the queue's clock, which the test moves."""
+    conformance.require("delay", "retry delays cannot be checked")
+    conformance.require_virtual_time("retry delays are checked by moving the clock")
+
+
 async def _fail_and_check_delays(
     conformance: Conformance,
     delays: Sequence[float] | None = None,
@@ -78,53 +84,45 @@ async def _fail_and_check_delays(
 class TestBackoff:
     async def test_default_backoff_doubles_from_one_second(self, conformance: Conformance) -> None:
         conformance.require_default("backoff")
-        conformance.require("delay", "retry delays cannot be checked")
-        conformance.require_virtual_time("retry delays are checked by moving the clock")
+        _require_checkable_retry_delays(conformance)
         await _fail_and_check_delays(conformance, [1, 2, 4, 8, 16])
 
     async def test_default_backoff_is_capped_at_300_seconds(self, conformance: Conformance) -> None:
         conformance.require_default("backoff")
-        conformance.require("delay", "retry delays cannot be checked")
-        conformance.require_virtual_time("retry delays are checked by moving the clock")
+        _require_checkable_retry_delays(conformance)
         await _fail_and_check_delays(conformance, [1, 2, 4, 8, 16, 32, 64, 128, 256, 300, 300])
 
     async def test_fixed_backoff_from_backend_config(self, conformance: Conformance) -> None:
-        conformance.require("delay", "retry delays cannot be checked")
-        conformance.require_virtual_time("retry delays are checked by moving the clock")
+        _require_checkable_retry_delays(conformance)
         async with conformance.factory.open(backoff={"strategy": "fixed", "delay": 5}) as q:
             await _fail_and_check_delays(conformance, [5, 5, 5], queue=q)
 
     async def test_linear_backoff_from_backend_config(self, conformance: Conformance) -> None:
-        conformance.require("delay", "retry delays cannot be checked")
-        conformance.require_virtual_time("retry delays are checked by moving the clock")
+        _require_checkable_retry_delays(conformance)
         config = {"strategy": "linear", "base": 2, "step": 3, "cap": 9}
         async with conformance.factory.open(backoff=config) as q:
             await _fail_and_check_delays(conformance, [2, 5, 8, 9, 9], queue=q)
 
     async def test_schedule_backoff_from_backend_config(self, conformance: Conformance) -> None:
-        conformance.require("delay", "retry delays cannot be checked")
-        conformance.require_virtual_time("retry delays are checked by moving the clock")
+        _require_checkable_retry_delays(conformance)
         async with conformance.factory.open(backoff=[10, 30, 60]) as q:
             await _fail_and_check_delays(conformance, [10, 30, 60, 60], queue=q)
 
     async def test_exponential_backoff_with_base_factor_and_cap_from_backend_config(
         self, conformance: Conformance
     ) -> None:
-        conformance.require("delay", "retry delays cannot be checked")
-        conformance.require_virtual_time("retry delays are checked by moving the clock")
+        _require_checkable_retry_delays(conformance)
         config = {"strategy": "exponential", "base": 0.5, "factor": 3, "cap": 10}
         async with conformance.factory.open(backoff=config) as q:
             await _fail_and_check_delays(conformance, [0.5, 1.5, 4.5, 10, 10], queue=q)
 
     async def test_job_backoff_list_sets_its_retry_delays(self, conformance: Conformance) -> None:
         conformance.require_default("backoff")
-        conformance.require("delay", "retry delays cannot be checked")
-        conformance.require_virtual_time("retry delays are checked by moving the clock")
+        _require_checkable_retry_delays(conformance)
         await _fail_and_check_delays(conformance, [3, 7, 7], backoff=[3, 7])
 
     async def test_job_backoff_overrides_backend_backoff(self, conformance: Conformance) -> None:
-        conformance.require("delay", "retry delays cannot be checked")
-        conformance.require_virtual_time("retry delays are checked by moving the clock")
+        _require_checkable_retry_delays(conformance)
         async with conformance.factory.open(backoff={"strategy": "fixed", "delay": 50}) as q:
             await _fail_and_check_delays(
                 conformance, [2, 2], queue=q, backoff={"strategy": "fixed", "delay": 2}
@@ -132,15 +130,13 @@ class TestBackoff:
 
     async def test_job_backoff_accepts_a_strategy_object(self, conformance: Conformance) -> None:
         conformance.require_default("backoff")
-        conformance.require("delay", "retry delays cannot be checked")
-        conformance.require_virtual_time("retry delays are checked by moving the clock")
+        _require_checkable_retry_delays(conformance)
         await _fail_and_check_delays(conformance, [4, 4], backoff=FixedBackoff(delay=4))
 
     async def test_jittered_delay_is_reproducible_from_job_id_and_attempt(
         self, conformance: Conformance
     ) -> None:
-        conformance.require("delay", "retry delays cannot be checked")
-        conformance.require_virtual_time("retry delays are checked by moving the clock")
+        _require_checkable_retry_delays(conformance)
         strategy = ExponentialBackoff(base=10, factor=2, cap=300, jitter=0.5)
         async with conformance.factory.open(backoff=strategy.to_spec()) as q:
             job_id = await _fail_and_check_delays(
@@ -154,8 +150,7 @@ class TestBackoff:
     async def test_jitter_of_every_strategy_is_reproducible_from_job_id_and_attempt(
         self, conformance: Conformance
     ) -> None:
-        conformance.require("delay", "retry delays cannot be checked")
-        conformance.require_virtual_time("retry delays are checked by moving the clock")
+        _require_checkable_retry_delays(conformance)
         for strategy in (
             FixedBackoff(delay=20, jitter=0.5),
             LinearBackoff(base=10, step=10, cap=60, jitter=0.5),
@@ -178,8 +173,7 @@ class TestBackoff:
 
     async def test_retry_is_not_due_before_its_backoff(self, conformance: Conformance) -> None:
         conformance.require_default("backoff")
-        conformance.require("delay", "retry delays cannot be checked")
-        conformance.require_virtual_time("retry delays are checked by moving the clock")
+        _require_checkable_retry_delays(conformance)
         q, name = conformance.queue, conformance.name
         await q.enqueue(name, "x", max_attempts=3)
 
