@@ -87,6 +87,19 @@ class AuditSink(Protocol):
     async def emit(self, event: AuditEvent) -> None: ...
 
 
+class AuditedJob(Protocol):
+    """What :meth:`Auditor.emit_job` reads of a job (a stored job or the job a handler sees)."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def queue(self) -> str: ...
+    @property
+    def trace_id(self) -> str | None: ...
+    @property
+    def classification(self) -> str | None: ...
+
+
 @runtime_checkable
 class ChainedSink(Protocol):
     """A sink keeping a keyed chain (``JsonlAuditSink``): the queue hands it the seal keys and
@@ -236,3 +249,17 @@ class Auditor:
                 await sink.emit(event)
             except Exception:
                 log.exception("audit sink %r failed on %s; event skipped", sink, name)
+
+    async def emit_job(
+        self, name: str, job: AuditedJob, *, backend: str, data: Mapping[str, Any] | None = None
+    ) -> None:
+        """:meth:`emit` an event about ``job``: its queue, id, trace id and classification."""
+        await self.emit(
+            name,
+            backend=backend,
+            queue=job.queue,
+            job_id=job.id,
+            trace_id=job.trace_id,
+            classification=job.classification,
+            data=data,
+        )

@@ -16,7 +16,7 @@ import anyio
 
 from ._inspection import check_job_id
 from .abc import Cancellation
-from .errors import NotFoundError, UnsupportedError
+from .errors import NotFoundError
 
 if TYPE_CHECKING:
     from ._context import LeaseState
@@ -33,11 +33,10 @@ async def cancel_job(runtime: BackendRuntime, job_id: str) -> bool:
     pending, delayed, parked or running), False when it had already finished."""
     check_job_id(job_id)
     if not runtime.backend.capabilities.cancel:
-        raise UnsupportedError(
+        raise runtime.unsupported(
             "queue/cancel-unsupported",
-            f"backend {runtime.name!r} (protocol {runtime.protocol!r}) cannot cancel a job by "
-            f"id; cancel jobs on a backend whose capabilities include cancel ('local', "
-            f"'memory', 'redis'), or make the handler skip the job",
+            "cannot cancel a job by id; cancel jobs on a backend whose capabilities include "
+            "cancel ('local', 'memory', 'redis'), or make the handler skip the job",
         )
     backend = Cancellation.of(runtime.backend)
     outcome = await runtime.call("cancel", lambda: backend.cancel(job_id, now=runtime.clock.now()))
@@ -50,14 +49,8 @@ async def cancel_job(runtime: BackendRuntime, job_id: str) -> bool:
     if not outcome.cancelled:
         return False
     stored = outcome.job
-    await runtime.auditor.emit(
-        CANCELLED_EVENT,
-        backend=runtime.name,
-        queue=stored.queue,
-        job_id=stored.id,
-        trace_id=stored.trace_id,
-        classification=stored.classification,
-        data={"attempts": stored.attempts},
+    await runtime.auditor.emit_job(
+        CANCELLED_EVENT, stored, backend=runtime.name, data={"attempts": stored.attempts}
     )
     return True
 

@@ -131,14 +131,10 @@ class JobContext:
         elif now - self._lease.last_progress_audit < PROGRESS_AUDIT_INTERVAL:
             return
         self._lease.last_progress_audit = now
-        job = self.job
-        await self._runtime.auditor.emit(
+        await self._runtime.auditor.emit_job(
             "system.queue.progress",
+            self.job,
             backend=self._runtime.name,
-            queue=job.queue,
-            job_id=job.id,
-            trace_id=job.trace_id,
-            classification=job.classification,
             # Progress data is the handler's own: the trail gets only its size (SPEC §6).
             data={"percent": float(percent), **data_shape(data)},
         )

@@ -412,13 +412,10 @@ def observe(runtime: BackendRuntime, attempt: Attempt, outcome: str) -> None:
 
 
 async def emit_dead(runtime: BackendRuntime, stored: StoredJob, error: str | None) -> None:
-    await runtime.auditor.emit(
+    await runtime.auditor.emit_job(
         "system.queue.dlq.write",
+        stored,
         backend=runtime.name,
-        queue=stored.queue,
-        job_id=stored.id,
-        trace_id=stored.trace_id,
-        classification=stored.classification,
         # The error text may quote payload data; the audit trail gets only its type.
         data={"attempts": stored.attempts, "error_type": error_type(error)},
     )

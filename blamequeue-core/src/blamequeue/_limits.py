@@ -85,9 +85,9 @@ def lease_call(
 
 
 def _unsupported(runtime: BackendRuntime, what: str) -> UnsupportedError:
-    return UnsupportedError(
+    return runtime.unsupported(
         "queue/limits-unsupported",
-        f"backend {runtime.name!r} (protocol {runtime.protocol!r}) cannot enforce {what} "
-        f"across processes; use a backend whose capabilities include global_rate_limit and "
-        f"group_limits (e.g. 'local', 'redis'), or a per-consumer rate_limit",
+        f"cannot enforce {what} across processes; use a backend whose capabilities include "
+        f"global_rate_limit and group_limits (e.g. 'local', 'redis'), or a per-consumer "
+        f"rate_limit",
     )

@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 from contextlib import AsyncExitStack
 from datetime import datetime
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
@@ -22,7 +21,7 @@ from ._codec import dumps, job_place
 from ._job_seals import error_place
 from ._results import LIVE_STATES, POLL_MAX, get_stored, not_found
 from .abc import JobEvents, JobWatch, StoredJob
-from .errors import BadArgumentError, QueueError, ResultTimeoutError, UnsupportedError
+from .errors import BadArgumentError, QueueError, ResultTimeoutError
 
 if TYPE_CHECKING:
     from ._models import Job
@@ -105,11 +104,10 @@ class Subscription:
         runtime = self._runtime
         caps = runtime.backend.capabilities
         if not (caps.progress_events and caps.inspection):
-            raise UnsupportedError(
+            raise runtime.unsupported(
                 "queue/results-unsupported",
-                f"backend {runtime.name!r} (protocol {runtime.protocol!r}) cannot carry "
-                f"progress events between processes; subscribe on a backend whose capabilities "
-                f"include progress_events (e.g. 'local', 'redis', 'memory')",
+                "cannot carry progress events between processes; subscribe on a backend whose "
+                "capabilities include progress_events (e.g. 'local', 'redis', 'memory')",
             )
         stack = AsyncExitStack()
         try:
@@ -126,12 +124,7 @@ class Subscription:
         self._checked_at, self._deadline = now, now + self._timeout
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         stack, self._stack = self._stack, None
         if stack is not None:
             await stack.aclose()

@@ -6,7 +6,6 @@ import logging
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AsyncExitStack
-from types import TracebackType
 from typing import Any, TypeVar, overload
 
 import anyio
@@ -92,7 +91,6 @@ from .errors import (
     FlowError,
     NotFoundError,
     QueueError,
-    UnsupportedError,
 )
 
 __all__ = ["Queue"]
@@ -294,12 +292,7 @@ class Queue:
         await self.start()
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.shutdown()
 
     # -- helpers -----------------------------------------------------------------------------
@@ -327,10 +320,10 @@ class Queue:
     def _dlq_runtime(self, backend: str | None) -> BackendRuntime:
         runtime = self._runtime(backend)
         if not runtime.backend.capabilities.dlq:
-            raise UnsupportedError(
+            raise runtime.unsupported(
                 "queue/dlq-unsupported",
-                f"backend {runtime.name!r} (protocol {runtime.protocol!r}) keeps no dead-letter "
-                f"queue blamequeue can read; inspect it with the store's own tools",
+                "keeps no dead-letter queue blamequeue can read; inspect it with the store's own "
+                "tools",
             )
         return runtime
 
@@ -343,11 +336,11 @@ class Queue:
     def _flow_runtime(self, backend: str | None) -> BackendRuntime:
         runtime = self._runtime(backend)
         if not runtime.backend.capabilities.flows:
-            raise UnsupportedError(
+            raise runtime.unsupported(
                 "queue/flow-unsupported",
-                f"backend {runtime.name!r} (protocol {runtime.protocol!r}) cannot park flow "
-                f"children and release them when their dependencies are done; run flows on a "
-                f"backend whose capabilities include flows (e.g. 'local', 'memory')",
+                "cannot park flow children and release them when their dependencies are done; "
+                "run flows on a backend whose capabilities include flows (e.g. 'local', "
+                "'memory')",
             )
         return runtime
 
@@ -1037,13 +1030,10 @@ class Queue:
     async def _emit_lease_expired(
         self, runtime: BackendRuntime, stored: StoredJob, outcome: str
     ) -> None:
-        await self._auditor.emit(
+        await self._auditor.emit_job(
             "system.queue.lease.expired",
+            stored,
             backend=runtime.name,
-            queue=stored.queue,
-            job_id=stored.id,
-            trace_id=stored.trace_id,
-            classification=stored.classification,
             data={"attempts": stored.attempts, "outcome": outcome},
         )
 
@@ -1122,14 +1112,7 @@ class Queue:
         )
         if stored is None:
             return False
-        await self._auditor.emit(
-            "system.queue.dlq.retry",
-            backend=runtime.name,
-            queue=stored.queue,
-            job_id=stored.id,
-            trace_id=stored.trace_id,
-            classification=stored.classification,
-        )
+        await self._auditor.emit_job("system.queue.dlq.retry", stored, backend=runtime.name)
         runtime.notify(stored.queue)
         return True
 

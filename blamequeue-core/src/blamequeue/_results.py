@@ -28,7 +28,6 @@ from .errors import (
     JobFailedError,
     NotFoundError,
     ResultTimeoutError,
-    UnsupportedError,
 )
 
 __all__ = [
@@ -111,11 +110,11 @@ def decode_result(codec: Codec, stored: StoredJob) -> Any:
 def require_results(runtime: BackendRuntime, what: str) -> None:
     caps = runtime.backend.capabilities
     if not (caps.results and caps.inspection):
-        raise UnsupportedError(
+        raise runtime.unsupported(
             "queue/results-unsupported",
-            f"backend {runtime.name!r} (protocol {runtime.protocol!r}) keeps no job results, so "
-            f"it cannot {what}; use a backend whose capabilities include results (e.g. "
-            f"'local', 'redis', 'memory'), or have the handler write its outcome to your store",
+            f"keeps no job results, so it cannot {what}; use a backend whose capabilities "
+            f"include results (e.g. 'local', 'redis', 'memory'), or have the handler write its "
+            f"outcome to your store",
         )
 
 

@@ -26,7 +26,7 @@ from ._validation import (
     is_duration,
 )
 from .abc import Backend, BackendContext, Clock
-from .errors import ConfigError, QueueError, SealKeyMissingError
+from .errors import ConfigError, ErrorCode, QueueError, SealKeyMissingError, UnsupportedError
 
 __all__ = ["BackendRuntime", "build_runtime"]
 
@@ -156,6 +156,11 @@ class BackendRuntime:
             scopes.discard(scope)
             if not scopes and self._wake_scopes.get(queue) is scopes:
                 del self._wake_scopes[queue]
+
+    def unsupported(self, code: ErrorCode, why: str) -> UnsupportedError:
+        """The error ``code`` for a feature this backend lacks; ``why`` follows its name
+        (``"cannot ...; use ..."``)."""
+        return UnsupportedError(code, f"backend {self.name!r} (protocol {self.protocol!r}) {why}")
 
     async def breaker_changed(self, state: str) -> None:
         await self.auditor.emit(

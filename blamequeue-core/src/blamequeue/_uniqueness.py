@@ -18,7 +18,7 @@ import attrs
 from ._runtime import BackendRuntime
 from ._validation import check_positive_seconds
 from .abc import NewJob, Uniqueness
-from .errors import BadArgumentError, UnsupportedError
+from .errors import BadArgumentError
 
 __all__ = ["DEDUPLICATED", "UniqueClaim", "enqueue_unique", "refuse_in_batch", "unique_claim"]
 
@@ -91,11 +91,11 @@ def _key_digest(key: str) -> str:
 async def enqueue_unique(runtime: BackendRuntime, job: NewJob, claim: UniqueClaim) -> str:
     """Store ``job`` unless a live job of its queue holds ``claim.key``; the id that holds it."""
     if not runtime.backend.capabilities.unique:
-        raise UnsupportedError(
+        raise runtime.unsupported(
             "queue/unique-unsupported",
-            f"backend {runtime.name!r} (protocol {runtime.protocol!r}) cannot deduplicate jobs "
-            f"by unique_key; enqueue unique jobs on a backend whose capabilities include unique "
-            f"(e.g. 'local', 'redis', 'memory'), or enqueue without unique_key",
+            "cannot deduplicate jobs by unique_key; enqueue unique jobs on a backend whose "
+            "capabilities include unique (e.g. 'local', 'redis', 'memory'), or enqueue without "
+            "unique_key",
         )
     now = job.created_at
     hold_until = None if claim.hold_for is None else now + claim.hold_for

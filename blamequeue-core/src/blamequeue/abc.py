@@ -557,7 +557,26 @@ class Uniqueness(Backend):
         """
 
 
-class RateLimits(Backend):
+class _LimitedLease(Backend):
+    """The method :class:`RateLimits` and :class:`GroupLimits` share (a backend with either
+    implements it once)."""
+
+    @abc.abstractmethod
+    async def lease_limited(
+        self, queue: str, *, limit: int, now: float, lease_seconds: float, limits: LeaseLimits
+    ) -> list[Lease]:
+        """:meth:`lease` under fleet-wide ``limits`` (see :class:`LeaseLimits`), in the same
+        single atomic step: refilling and taking rate tokens, counting each group's inflight
+        jobs and taking jobs happen together, so concurrent calls from any number of processes
+        never exceed a limit together.
+
+        The core calls it instead of :meth:`lease` only for consumers and ticks given limits,
+        and only for the limits whose facet the backend has (:class:`RateLimits`,
+        :class:`GroupLimits`).
+        """
+
+
+class RateLimits(_LimitedLease):
     """Facet: fleet-wide rate limits.  :meth:`lease_limited` honours
     :attr:`LeaseLimits.rate_max` (a token bucket per queue kept in the store, shared by every
     process)."""
@@ -570,22 +589,8 @@ class RateLimits(Backend):
         "e.g. 'local', 'redis', 'memory')",
     )
 
-    @abc.abstractmethod
-    async def lease_limited(
-        self, queue: str, *, limit: int, now: float, lease_seconds: float, limits: LeaseLimits
-    ) -> list[Lease]:
-        """:meth:`lease` under fleet-wide ``limits`` (see :class:`LeaseLimits`), in the same
-        single atomic step: refilling and taking rate tokens, counting each group's inflight
-        jobs and taking jobs happen together, so concurrent calls from any number of processes
-        never exceed a limit together.
 
-        The core calls it instead of :meth:`lease` only for consumers and ticks given limits,
-        and only for the limits whose facet the backend has (:class:`RateLimits`,
-        :class:`GroupLimits`).
-        """
-
-
-class GroupLimits(Backend):
+class GroupLimits(_LimitedLease):
     """Facet: group limits.  Jobs carry :attr:`NewJob.group_key` and :meth:`lease_limited`
     honours :attr:`LeaseLimits.group_concurrency`.  Without it the core refuses ``group_key``
     and ``group_concurrency`` with ``queue/limits-unsupported``."""
@@ -597,20 +602,6 @@ class GroupLimits(Backend):
         "use a backend whose capabilities include group_limits (it has the GroupLimits facet, "
         "e.g. 'local', 'redis', 'memory')",
     )
-
-    @abc.abstractmethod
-    async def lease_limited(
-        self, queue: str, *, limit: int, now: float, lease_seconds: float, limits: LeaseLimits
-    ) -> list[Lease]:
-        """:meth:`lease` under fleet-wide ``limits`` (see :class:`LeaseLimits`), in the same
-        single atomic step: refilling and taking rate tokens, counting each group's inflight
-        jobs and taking jobs happen together, so concurrent calls from any number of processes
-        never exceed a limit together.
-
-        The core calls it instead of :meth:`lease` only for consumers and ticks given limits,
-        and only for the limits whose facet the backend has (:class:`RateLimits`,
-        :class:`GroupLimits`).
-        """
 
 
 class Inspection(Backend):
