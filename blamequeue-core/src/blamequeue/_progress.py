@@ -147,6 +147,15 @@ class Subscription:
         while True:
             last = self._last
             if last is None or last.state not in LIVE_STATES:
+                # The job ended: an event it published after the watch last looked (and
+                # before this read of its state) is still to come.  Ask for what is there,
+                # without waiting, until nothing is left; then the final event.
+                event = await watch.next_event(0)
+                if event is not None:
+                    progress = self._progress(event)
+                    if progress is not None:
+                        return progress
+                    continue
                 self._finished = True
                 return self._final(last)
             now = clock.now()

@@ -729,12 +729,18 @@ class _LocalWatch(JobWatch):
         self._backend = backend
         self._job_id = job_id
         self._after = after
-        self._events: deque[str | None] = deque()
+        self._events: deque[str] = deque()
+        self._look = False  # a None is owed once the events read are out
         signature = backend._signature
         self._baseline: Signature | None = None if signature is None else signature.read()
 
     async def next_event(self, timeout: float) -> str | None:
-        if not self._events:
+        if timeout <= 0:
+            # The core saw the job end: what was published before, read now, no waiting.
+            if not self._events:
+                await self._read()
+            return self._events.popleft() if self._events else None
+        if not self._events and not self._look:
             baseline = self._baseline
             if baseline is None:
                 # No file to watch (an in-memory or path-less store): look when the core's
@@ -745,9 +751,15 @@ class _LocalWatch(JobWatch):
                 if seen is None:
                     return None  # the time passed with no commit: nothing new
                 self._baseline = seen
-            for seq, event in await self._backend._events_after(self._job_id, self._after):
-                self._after = int(seq)
-                self._events.append(str(event))
+            await self._read()
             # The same commits may have settled the job: the core looks once the events are out.
-            self._events.append(None)
-        return self._events.popleft()
+            self._look = True
+        if self._events:
+            return self._events.popleft()
+        self._look = False
+        return None
+
+    async def _read(self) -> None:
+        for seq, event in await self._backend._events_after(self._job_id, self._after):
+            self._after = int(seq)
+            self._events.append(str(event))
