@@ -17,10 +17,11 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import attrs
 
 from ._clock import to_datetime
-from .abc import Clock
+from .abc import Clock, StoredJob
 from .errors import ConfigError
 
 if TYPE_CHECKING:
+    from ._models import Job
     from ._plugins import PluginRegistry
     from ._sealing import SealPlan
 
@@ -85,19 +86,6 @@ class AuditEvent:
 
 class AuditSink(Protocol):
     async def emit(self, event: AuditEvent) -> None: ...
-
-
-class AuditedJob(Protocol):
-    """What :meth:`Auditor.emit_job` reads of a job (a stored job or the job a handler sees)."""
-
-    @property
-    def id(self) -> str: ...
-    @property
-    def queue(self) -> str: ...
-    @property
-    def trace_id(self) -> str | None: ...
-    @property
-    def classification(self) -> str | None: ...
 
 
 @runtime_checkable
@@ -251,7 +239,12 @@ class Auditor:
                 log.exception("audit sink %r failed on %s; event skipped", sink, name)
 
     async def emit_job(
-        self, name: str, job: AuditedJob, *, backend: str, data: Mapping[str, Any] | None = None
+        self,
+        name: str,
+        job: StoredJob | Job,
+        *,
+        backend: str,
+        data: Mapping[str, Any] | None = None,
     ) -> None:
         """:meth:`emit` an event about ``job``: its queue, id, trace id and classification."""
         await self.emit(
