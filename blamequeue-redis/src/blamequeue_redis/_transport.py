@@ -93,6 +93,10 @@ _UNBLOCK_PAUSE: Final = 0.005
 
 ScriptCall = tuple[Script, Sequence[str], Sequence[Any]]
 """A script with its ``KEYS`` and ``ARGV``."""
+#: What a waiter connection sends (made as it is sent; the last command blocks).
+Commands = Callable[[], Sequence[Sequence[Any]]]
+#: Where the replies go when the caller of a blocking command was cancelled.
+Abandoned = Callable[[list[Any]], Awaitable[None]] | None
 
 _ASYNC_CLIENTS: Final = (redis.asyncio.Redis, redis.asyncio.cluster.RedisCluster)
 _SYNC_CLIENTS: Final = (redis.Redis, redis.cluster.RedisCluster)
@@ -403,12 +407,7 @@ class Transport(abc.ABC):
         return replies[2]
 
     @abc.abstractmethod
-    async def _on_waiter(
-        self,
-        key: str,
-        make: Callable[[], Sequence[Sequence[Any]]],
-        abandoned: Callable[[list[Any]], Awaitable[None]] | None = None,
-    ) -> list[Any]:
+    async def _on_waiter(self, key: str, make: Commands, abandoned: Abandoned = None) -> list[Any]:
         """The commands ``make`` returns (called as they are sent; the last one blocks) on a
         dedicated connection for ``key``: their replies, an error reply as its exception.  When
         the caller is cancelled, the blocking command is ended early and the replies go to
@@ -618,12 +617,7 @@ class AsyncioTransport(Transport):
         kwargs = {**pool.connection_kwargs, "socket_timeout": MAX_BLOCK + SOCKET_TIMEOUT}
         return "", None, pool.connection_class, functools.partial(pool.connection_class, **kwargs)
 
-    async def _on_waiter(
-        self,
-        key: str,
-        make: Callable[[], Sequence[Sequence[Any]]],
-        abandoned: Callable[[list[Any]], Awaitable[None]] | None = None,
-    ) -> list[Any]:
+    async def _on_waiter(self, key: str, make: Commands, abandoned: Abandoned = None) -> list[Any]:
         if self.cluster:
             await self.client.initialize()
         name, node, connection_class, factory = self._waiter_source(key)
@@ -820,12 +814,7 @@ class ThreadTransport(Transport):
         name = "" if waiter.node is None else waiter.node.name
         self._idle.setdefault(name, []).append(waiter)
 
-    async def _on_waiter(
-        self,
-        key: str,
-        make: Callable[[], Sequence[Sequence[Any]]],
-        abandoned: Callable[[list[Any]], Awaitable[None]] | None = None,
-    ) -> list[Any]:
+    async def _on_waiter(self, key: str, make: Commands, abandoned: Abandoned = None) -> list[Any]:
         waiter = await self._checkout(key)
         healthy = False
         try:
