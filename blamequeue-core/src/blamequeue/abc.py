@@ -138,7 +138,8 @@ __all__ = [
 ]
 
 Refusal = tuple[ErrorCode, str, str]
-"""A facet's refusal: the error code, what a backend without it cannot do, what to do."""
+"""A facet's refusal: the error code, what a backend without it cannot do, and the shipped
+backends that have it (or another way out)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -231,7 +232,7 @@ class Backend(abc.ABC):
     """On a facet: the field of :class:`Capabilities` it gives."""
     refusal: ClassVar[Refusal | None] = None
     """On a facet the core may need: the error code, what a backend without it cannot do, and
-    what to do instead (:meth:`of`)."""
+    the shipped backends that have it (:meth:`of` words the refusal)."""
 
     # -- traits of the store (class attributes; the defaults fit most stores) ---------------
     async_libraries: ClassVar[frozenset[str]] = frozenset({"asyncio", "trio"})
@@ -283,11 +284,12 @@ class Backend(abc.ABC):
             return backend
         if cls.refusal is None:
             raise TypeError(f"{cls.__name__} is a speed-only facet: test isinstance() instead")
-        code, what, advice = cls.refusal
+        code, what, where = cls.refusal
         raise UnsupportedError(
             code,
             f"backend {backend.context.name!r} (protocol {backend.protocol!r}) cannot {what}; "
-            f"{advice}",
+            f"use a backend whose capabilities include {cls.capability} (it has the "
+            f"{cls.__name__} facet, {where})",
         )
 
     def __init__(self, options: Mapping[str, Any], context: BackendContext) -> None:
@@ -407,8 +409,7 @@ class DeadLetters(Backend):
     refusal: ClassVar[Refusal | None] = (
         "queue/dlq-unsupported",
         "read or operate a dead-letter queue",
-        "use a backend whose capabilities include dlq (it has the DeadLetters facet), "
-        "or inspect dead jobs with the store's own tools",
+        "e.g. 'local', 'redis', 'sqs', 'memory'",
     )
 
     @abc.abstractmethod
@@ -445,8 +446,7 @@ class Flows(Backend):
     refusal: ClassVar[Refusal | None] = (
         "queue/flow-unsupported",
         "park flow children and release them when their dependencies are done",
-        "use a backend whose capabilities include flows (it has the Flows facet, "
-        "e.g. 'local', 'redis', 'memory')",
+        "e.g. 'local', 'redis', 'memory'",
     )
 
     @abc.abstractmethod
@@ -466,8 +466,7 @@ class Records(Backend):
     refusal: ClassVar[Refusal | None] = (
         "queue/records-unsupported",
         "keep the shared records that batches, schedules, metrics and pause flags need",
-        "use a backend whose capabilities include records (it has the Records facet, "
-        "e.g. 'local', 'redis' or 'memory')",
+        "e.g. 'local', 'redis' or 'memory'",
     )
 
     @abc.abstractmethod
@@ -531,8 +530,7 @@ class Uniqueness(Backend):
     refusal: ClassVar[Refusal | None] = (
         "queue/unique-unsupported",
         "deduplicate jobs by unique key",
-        "use a backend whose capabilities include unique (it has the Uniqueness facet, "
-        "e.g. 'local', 'redis', 'memory')",
+        "e.g. 'local', 'redis', 'memory'",
     )
 
     @abc.abstractmethod
@@ -585,8 +583,7 @@ class RateLimits(_LimitedLease):
     refusal: ClassVar[Refusal | None] = (
         "queue/limits-unsupported",
         "enforce a fleet-wide rate limit",
-        "use a backend whose capabilities include global_rate_limit (it has the RateLimits facet, "
-        "e.g. 'local', 'redis', 'memory')",
+        "e.g. 'local', 'redis', 'memory'",
     )
 
 
@@ -599,8 +596,7 @@ class GroupLimits(_LimitedLease):
     refusal: ClassVar[Refusal | None] = (
         "queue/limits-unsupported",
         "enforce group concurrency limits",
-        "use a backend whose capabilities include group_limits (it has the GroupLimits facet, "
-        "e.g. 'local', 'redis', 'memory')",
+        "e.g. 'local', 'redis', 'memory'",
     )
 
 
@@ -615,8 +611,7 @@ class Inspection(Backend):
     refusal: ClassVar[Refusal | None] = (
         "queue/inspection-unsupported",
         "look up, list or count jobs, or keep a worker registry",
-        "use a backend whose capabilities include inspection (it has the Inspection facet, "
-        "e.g. 'local', 'memory')",
+        "e.g. 'local', 'memory'",
     )
 
     @abc.abstractmethod
@@ -682,8 +677,7 @@ class Results(Inspection):
     refusal: ClassVar[Refusal | None] = (
         "queue/results-unsupported",
         "keep job results",
-        "use a backend whose capabilities include results (it has the Results facet, "
-        "e.g. 'local', 'redis', 'memory')",
+        "e.g. 'local', 'redis', 'memory'",
     )
 
 
@@ -697,8 +691,7 @@ class JobEvents(Backend):
     refusal: ClassVar[Refusal | None] = (
         "queue/results-unsupported",
         "deliver live job events",
-        "use a backend whose capabilities include progress_events (it has the JobEvents facet, "
-        "e.g. 'local', 'redis', 'memory')",
+        "e.g. 'local', 'redis', 'memory'",
     )
 
     @abc.abstractmethod
@@ -728,8 +721,7 @@ class Cancellation(Backend):
     refusal: ClassVar[Refusal | None] = (
         "queue/cancel-unsupported",
         "cancel jobs by id",
-        "use a backend whose capabilities include cancel (it has the Cancellation facet, "
-        "e.g. 'local', 'memory', 'redis')",
+        "e.g. 'local', 'memory', 'redis'",
     )
 
     @abc.abstractmethod
