@@ -112,6 +112,7 @@ __all__ = [
     "JobState",
     "JobWatch",
     "Lease",
+    "LimitedLease",
     "LeaseLimits",
     "NewJob",
     "QueueStats",
@@ -555,9 +556,10 @@ class Uniqueness(Backend):
         """
 
 
-class _LimitedLease(Backend):
-    """The method :class:`RateLimits` and :class:`GroupLimits` share (a backend with either
-    implements it once)."""
+class LimitedLease(Backend):
+    """The method the facets :class:`RateLimits` and :class:`GroupLimits` share: a backend
+    with either, or both, implements :meth:`lease_limited` once.  Not a facet of its own
+    (it gives no capability): inherit one of the two."""
 
     @abc.abstractmethod
     async def lease_limited(
@@ -574,8 +576,8 @@ class _LimitedLease(Backend):
         """
 
 
-class RateLimits(_LimitedLease):
-    """Facet: fleet-wide rate limits.  :meth:`lease_limited` honours
+class RateLimits(LimitedLease):
+    """Facet: fleet-wide rate limits.  :meth:`LimitedLease.lease_limited` honours
     :attr:`LeaseLimits.rate_max` (a token bucket per queue kept in the store, shared by every
     process)."""
 
@@ -587,9 +589,9 @@ class RateLimits(_LimitedLease):
     )
 
 
-class GroupLimits(_LimitedLease):
-    """Facet: group limits.  Jobs carry :attr:`NewJob.group_key` and :meth:`lease_limited`
-    honours :attr:`LeaseLimits.group_concurrency`.  Without it the core refuses ``group_key``
+class GroupLimits(LimitedLease):
+    """Facet: group limits.  Jobs carry :attr:`NewJob.group_key` and
+    :meth:`LimitedLease.lease_limited` honours :attr:`LeaseLimits.group_concurrency`.  Without it the core refuses ``group_key``
     and ``group_concurrency`` with ``queue/limits-unsupported``."""
 
     capability = "group_limits"
