@@ -591,8 +591,9 @@ class RateLimits(LimitedLease):
 
 class GroupLimits(LimitedLease):
     """Facet: group limits.  Jobs carry :attr:`NewJob.group_key` and
-    :meth:`LimitedLease.lease_limited` honours :attr:`LeaseLimits.group_concurrency`.  Without it the core refuses ``group_key``
-    and ``group_concurrency`` with ``queue/limits-unsupported``."""
+    :meth:`LimitedLease.lease_limited` honours :attr:`LeaseLimits.group_concurrency`.
+    Without it the core refuses ``group_key`` and ``group_concurrency`` with
+    ``queue/limits-unsupported``."""
 
     capability = "group_limits"
     refusal: ClassVar[Refusal | None] = (
