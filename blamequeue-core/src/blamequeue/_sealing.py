@@ -378,11 +378,17 @@ def _read_key_file(path: str) -> dict[str, bytes]:
     raise AssertionError("unreachable: the last attempt returns or raises")
 
 
-def _owner_only(fd: int) -> None:
-    """Set mode 0600 on a file just created: ``os.open``'s mode is cut by the umask, never widened,
-    and a umask that takes the owner's own bits would leave a key its owner cannot read."""
+def _write_owner_only(fd: int, content: str) -> None:
+    """Write ``content`` to the file just created at ``fd``, mode 0600, and flush it to disk;
+    closes ``fd``.  The mode is set explicitly: ``os.open``'s mode is cut by the umask, never
+    widened, and a umask that takes the owner's own bits would leave a key its owner cannot
+    read."""
     if hasattr(os, "fchmod"):
         os.fchmod(fd, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(content)
+        handle.flush()
+        os.fsync(handle.fileno())
 
 
 def _write_exclusive(path: str, content: str) -> None:
@@ -399,22 +405,14 @@ def _write_exclusive(path: str, content: str) -> None:
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=".blamequeue-key-", dir=directory)
     try:
-        _owner_only(fd)
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(content)
-            handle.flush()
-            os.fsync(handle.fileno())
+        _write_owner_only(fd, content)
         try:
             os.link(tmp, path)
         except FileExistsError:
             raise
         except OSError:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            _owner_only(fd)
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                handle.write(content)
-                handle.flush()
-                os.fsync(handle.fileno())
+            _write_owner_only(fd, content)
     finally:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
