@@ -50,7 +50,7 @@ from .errors import ConfigError, QueueError
 
 if TYPE_CHECKING:
     from ._models import Job, JobInfo
-    from ._queue_admin import QueueAdmin
+    from ._queue import Queue
 
 __all__ = ["dashboard_app", "host_name", "is_loopback_host"]
 
@@ -219,7 +219,7 @@ def _segments(scope: Scope) -> list[str]:
 
 
 def dashboard_app(
-    queue: QueueAdmin,
+    queue: Queue,
     *,
     token: str | None = None,
     allow_payloads: bool = False,
