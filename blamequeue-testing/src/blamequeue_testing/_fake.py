@@ -20,7 +20,6 @@ import json
 import math
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime, timedelta
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, cast
 
 import attrs
@@ -325,23 +324,13 @@ class QueueFake:
     def __enter__(self) -> QueueFake:
         return self.install()
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.uninstall()
 
     async def __aenter__(self) -> QueueFake:
         return self.install()
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         self.uninstall()
 
     def _recorder(self, original: Callable[..., Any], *, many: bool) -> Callable[..., Any]:
