@@ -15,31 +15,17 @@ from local_helpers import T0, make_backend, new_job, row_of
 
 from blamequeue.abc import Lease, NewJob, Settlement
 from blamequeue_local import LocalBackend, connect
+from blamequeue_local._statements import ADDED_COLUMNS, Statements
 
 pytestmark = pytest.mark.anyio
 
-# The table as the first release created it (no depends_on column).
-_FIRST_RELEASE_TABLE = """
-    CREATE TABLE "blamequeue_jobs" (
-        seq INTEGER PRIMARY KEY,
-        id TEXT NOT NULL UNIQUE,
-        queue TEXT NOT NULL,
-        state TEXT NOT NULL,
-        payload TEXT NOT NULL,
-        priority INTEGER NOT NULL,
-        attempts INTEGER NOT NULL DEFAULT 0,
-        max_attempts INTEGER NOT NULL,
-        created_at REAL NOT NULL,
-        available_at REAL NOT NULL,
-        classification TEXT,
-        trace_id TEXT,
-        last_error TEXT,
-        meta TEXT,
-        flow_id TEXT,
-        finished_at REAL,
-        lease_token TEXT,
-        lease_expires_at REAL
-    )"""
+
+def create_first_release_table(connection: sqlite3.Connection) -> None:
+    """The jobs table as the first release created it: today's, less every column added since
+    (no depends_on column)."""
+    connection.execute(Statements("blamequeue_jobs", None).schema[0])
+    for column in ADDED_COLUMNS:
+        connection.execute(f'ALTER TABLE "blamequeue_jobs" DROP COLUMN {column}')
 
 
 @pytest.fixture
@@ -165,7 +151,7 @@ async def test_sweep_reports_the_jobs_it_repended(backend: LocalBackend) -> None
 async def test_a_table_from_before_flows_is_migrated_on_open(tmp_path: Path) -> None:
     path = tmp_path / "old.db"
     connection = sqlite3.connect(path)
-    connection.execute(_FIRST_RELEASE_TABLE)
+    create_first_release_table(connection)
     connection.execute(
         'INSERT INTO "blamequeue_jobs" (id, queue, state, payload, priority, max_attempts, '
         "created_at, available_at) VALUES ('old', 'q', 'pending', '1', 0, 5, ?, ?)",
