@@ -20,7 +20,7 @@ from .fixtures import Conformance, succeed, wait_for, wait_until
 from .flows import fetch_then_parse
 from .refusals import refused
 from .requirements import lacking, requires, requires_virtual_leases
-from .running import Hanging, stop
+from .running import Hanging, dead_job, done_job, stop
 
 __all__ = ["TestCancel", "TestCancelRunning", "TestWithoutCancel"]
 
@@ -79,8 +79,7 @@ class TestCancel:
     async def test_cancel_of_a_finished_job_returns_false(self, conformance: Conformance) -> None:
         conformance.require_retained_done_jobs()
         q, name = conformance.queue, conformance.name
-        job_id = await q.enqueue(name, "x")
-        assert (await q.tick(name, succeed)).succeeded == 1
+        job_id = await done_job(q, name)
         assert await q.cancel(job_id) is False
         assert await _state(conformance, job_id) in ("done", None)
         assert conformance.audit.named("system.job.cancelled") == []
@@ -90,12 +89,7 @@ class TestCancel:
     ) -> None:
         conformance.require("dlq", "the job must stay in the dead-letter queue")
         q, name = conformance.queue, conformance.name
-        job_id = await q.enqueue(name, "x", max_attempts=1)
-
-        async def boom(job: Job, ctx: JobContext) -> None:
-            raise RuntimeError("boom")
-
-        assert (await q.tick(name, boom)).moved_to_dlq == 1
+        job_id = await dead_job(q, name)
         assert await q.cancel(job_id) is False
         assert [d.job_id for d in await q.dlq_list(name)] == [job_id]
 

@@ -7,19 +7,12 @@ from datetime import UTC, datetime
 
 from blamequeue import DeadLetter, Job, JobContext
 
-from .fixtures import Conformance, fail, succeed
+from .fixtures import Conformance, fail
 from .refusals import refused
 from .requirements import lacking, requires
+from .running import dead_job, done_job
 
 __all__ = ["TestDeadLetterQueue", "TestWithoutDeadLetterQueue"]
-
-
-async def _kill(conformance: Conformance, payload: object = "doomed") -> str:
-    """Enqueue a job with one attempt and fail it into the DLQ; return its id."""
-    job_id = await conformance.queue.enqueue(conformance.name, payload, max_attempts=1)
-    result = await conformance.queue.tick(conformance.name, fail)
-    assert result.moved_to_dlq == 1
-    return job_id
 
 
 @requires("dlq", "there is no dead-letter queue to check")
@@ -97,18 +90,19 @@ class TestDeadLetterQueue:
     async def test_dlq_list_shows_latest_failure_first_and_honours_limit(
         self, conformance: Conformance
     ) -> None:
-        first = await _kill(conformance, "first")
+        q, name = conformance.queue, conformance.name
+        first = await dead_job(q, name, "first")
         conformance.advance(1)
-        second = await _kill(conformance, "second")
+        second = await dead_job(q, name, "second")
         conformance.advance(1)
-        third = await _kill(conformance, "third")
-        letters = await conformance.queue.dlq_list(conformance.name)
+        third = await dead_job(q, name, "third")
+        letters = await q.dlq_list(name)
         assert [letter.job_id for letter in letters] == [third, second, first]
-        limited = await conformance.queue.dlq_list(conformance.name, limit=2)
+        limited = await q.dlq_list(name, limit=2)
         assert [letter.job_id for letter in limited] == [third, second]
 
     async def test_dead_job_is_never_retried_automatically(self, conformance: Conformance) -> None:
-        await _kill(conformance)
+        await dead_job(conformance.queue, conformance.name)
         for _ in range(3):
             conformance.advance(24 * 3600)
             await conformance.queue.sweep()
@@ -120,7 +114,7 @@ class TestDeadLetterQueue:
         self, conformance: Conformance
     ) -> None:
         q, name = conformance.queue, conformance.name
-        job_id = await _kill(conformance, {"again": True})
+        job_id = await dead_job(q, name, {"again": True})
         assert await q.dlq_retry(job_id) is True
         assert await conformance.dlq_size() == 0
         assert await conformance.size() == 1
@@ -146,14 +140,14 @@ class TestDeadLetterQueue:
     async def test_dlq_retry_twice_returns_false_the_second_time(
         self, conformance: Conformance
     ) -> None:
-        job_id = await _kill(conformance)
+        job_id = await dead_job(conformance.queue, conformance.name)
         assert await conformance.queue.dlq_retry(job_id) is True
         assert await conformance.queue.dlq_retry(job_id) is False
         assert await conformance.size() == 1
 
     async def test_retried_job_can_die_again(self, conformance: Conformance) -> None:
         q, name = conformance.queue, conformance.name
-        job_id = await _kill(conformance)
+        job_id = await dead_job(q, name)
         await q.dlq_retry(job_id)
         result = await q.tick(name, fail)
         assert result.moved_to_dlq == 1
@@ -164,8 +158,8 @@ class TestDeadLetterQueue:
         self, conformance: Conformance
     ) -> None:
         q, name = conformance.queue, conformance.name
-        await _kill(conformance)
-        await _kill(conformance)
+        await dead_job(q, name)
+        await dead_job(q, name)
         await q.enqueue(name, "alive")
         assert await q.dlq_purge(name) == 2
         assert await conformance.dlq_size() == 0
@@ -175,10 +169,9 @@ class TestDeadLetterQueue:
 
     async def test_dlq_size_counts_only_this_queue(self, conformance: Conformance) -> None:
         q, name = conformance.queue, conformance.name
-        await _kill(conformance)
+        await dead_job(q, name)
         other = f"{name}-other"
-        await q.enqueue(other, "x", max_attempts=1)
-        await q.tick(other, fail)
+        await dead_job(q, other)
         assert await q.dlq_size(name) == 1
         assert await q.dlq_size(other) == 1
         assert await q.dlq_purge(other) == 1
@@ -191,8 +184,7 @@ class TestDeadLetterQueue:
         assert await conformance.queue.dlq_purge(name) == 0
 
     async def test_succeeded_job_never_reaches_dlq(self, conformance: Conformance) -> None:
-        await conformance.queue.enqueue(conformance.name, "fine", max_attempts=1)
-        await conformance.queue.tick(conformance.name, succeed)
+        await done_job(conformance.queue, conformance.name, "fine", max_attempts=1)
         assert await conformance.dlq_size() == 0
 
 

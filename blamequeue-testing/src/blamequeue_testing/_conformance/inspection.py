@@ -29,10 +29,10 @@ from blamequeue import (
 from blamequeue.abc import Inspection, WorkerRecord
 from blamequeue.errors import UnsupportedError
 
-from .fixtures import BACKEND, SAFETY_NET, Conformance, fail, succeed, wait_until
+from .fixtures import BACKEND, SAFETY_NET, Conformance, succeed, wait_until
 from .refusals import refused
 from .requirements import lacking, requires
-from .running import consuming, stop
+from .running import consuming, dead_job, done_job, stop
 
 __all__ = [
     "TestGetJob",
@@ -65,10 +65,8 @@ async def _all_pages(
 
 async def _done_dead_and_two_pending(q: Queue, name: str) -> tuple[str, str, list[str]]:
     """A done job, a dead one and two pending ones, in that enqueue order; their ids."""
-    done = await q.enqueue(name, "done")
-    await q.tick(name, succeed)
-    dead = await q.enqueue(name, "dead", max_attempts=1)
-    await q.tick(name, fail)
+    done = await done_job(q, name)
+    dead = await dead_job(q, name)
     return done, dead, await q.enqueue_many(name, ["p1", "p2"])
 
 
@@ -84,11 +82,7 @@ async def _retaining_done_and_dead_jobs(conformance: Conformance, why: str) -> A
 
 async def _three_dead_jobs(q: Queue, name: str) -> list[str]:
     """Three jobs failed into the dead-letter queue one after the other; their ids."""
-    dead = []
-    for n in range(3):
-        dead.append(await q.enqueue(name, f"dead {n}", max_attempts=1))
-        await q.tick(name, fail)
-    return dead
+    return [await dead_job(q, name, f"dead {n}") for n in range(3)]
 
 
 def _ids(page: JobPage) -> list[str]:
@@ -176,8 +170,7 @@ class TestGetJob:
     async def test_a_completed_job_is_done_while_retained(self, conformance: Conformance) -> None:
         conformance.require_retained_done_jobs()
         async with conformance.factory.open(retain_done=RETAIN) as q:
-            job_id = await q.enqueue(conformance.name, "x")
-            await q.tick(conformance.name, succeed)
+            job_id = await done_job(q, conformance.name)
             info = await q.job_info(job_id)
         assert info is not None
         assert (info.state, info.job.attempts) == ("done", 1)
@@ -188,15 +181,13 @@ class TestGetJob:
         self, conformance: Conformance
     ) -> None:
         async with conformance.factory.open(retain_done=0) as q:
-            job_id = await q.enqueue(conformance.name, "x")
-            await q.tick(conformance.name, succeed)
+            job_id = await done_job(q, conformance.name)
             assert await q.get_job(job_id) is None
 
     async def test_a_dead_job_is_dead_with_its_last_error(self, conformance: Conformance) -> None:
         conformance.require("dlq", "there is no dead-letter queue")
         q, name = conformance.queue, conformance.name
-        job_id = await q.enqueue(name, "doomed", max_attempts=1)
-        await q.tick(name, fail)
+        job_id = await dead_job(q, name, "doomed")
         info = await q.job_info(job_id)
         assert info is not None
         assert info.state == "dead"
@@ -256,8 +247,7 @@ class TestListJobs:
     async def test_state_keeps_only_jobs_in_that_state(self, conformance: Conformance) -> None:
         conformance.require("dlq", "there is no dead-letter queue")
         q, name = conformance.queue, conformance.name
-        dead = await q.enqueue(name, "dead", max_attempts=1)
-        await q.tick(name, fail)
+        dead = await dead_job(q, name)
         pending = await q.enqueue(name, "pending")
         assert _ids(await q.list_jobs(name, state="dead")) == [dead]
         assert _ids(await q.list_jobs(name, state="pending")) == [pending]

@@ -21,9 +21,10 @@ from blamequeue import FlowChild, Job, JobContext, Queue, QueueError
 from blamequeue.abc import Inspection
 from blamequeue.errors import JobFailedError
 
-from .fixtures import BACKEND, SAFETY_NET, Conformance, fail, succeed, wait_for
+from .fixtures import BACKEND, SAFETY_NET, Conformance, fail, wait_for
 from .refusals import refused
 from .requirements import lacking, requires
+from .running import dead_job, done_job
 
 __all__ = ["TestFlowResults", "TestProgressEvents", "TestResults", "TestWithoutResults"]
 
@@ -93,8 +94,7 @@ class TestResults:
         self, conformance: Conformance
     ) -> None:
         q, name = conformance.queue, conformance.name
-        job_id = await q.enqueue(name, None)
-        await q.tick(name, succeed)
+        job_id = await done_job(q, name, None)
         assert await q.result(job_id, timeout=0) is None
 
     async def test_result_of_a_sync_handler(self, conformance: Conformance) -> None:
@@ -119,8 +119,7 @@ class TestResults:
         self, conformance: Conformance
     ) -> None:
         q, name = conformance.queue, conformance.name
-        job_id = await q.enqueue(name, None, max_attempts=1)
-        await q.tick(name, fail)
+        job_id = await dead_job(q, name, None)
         with pytest.raises(JobFailedError) as info:
             await q.result(job_id)
         assert info.value.code == "queue/job-failed"

@@ -13,7 +13,8 @@ import pytest
 
 from blamequeue import Queue
 
-from .fixtures import BACKEND, Conformance, fail, succeed
+from .fixtures import BACKEND, Conformance, succeed
+from .running import dead_job, done_job
 
 __all__ = ["TestRetention"]
 
@@ -30,8 +31,7 @@ async def _done_rows_left_after(
     """On a queue keeping done jobs ``retain_done`` seconds, complete one job, move the clock
     ``seconds`` past its completion and sweep; the done rows left."""
     async with conformance.factory.open(retain_done=retain_done) as q:
-        await q.enqueue(conformance.name, "x")
-        await q.tick(conformance.name, succeed)
+        await done_job(q, conformance.name)
         conformance.advance_to(conformance.now() + seconds)
         await q.sweep()
         return await _done_rows_left(q, conformance.now())
@@ -61,8 +61,7 @@ class TestRetention:
         conformance.require_default("retain_done")
         conformance.require_retained_done_jobs()
         q = conformance.queue
-        await q.enqueue(conformance.name, "x")
-        await q.tick(conformance.name, succeed)
+        await done_job(q, conformance.name)
         conformance.advance(3599)
         await q.sweep()
         assert await _done_rows_left(q, conformance.now()) == 1
@@ -71,8 +70,7 @@ class TestRetention:
         self, conformance: Conformance
     ) -> None:
         q, name = conformance.queue, conformance.name
-        await q.enqueue(name, "done")
-        await q.tick(name, succeed)
+        await done_job(q, name)
         await q.enqueue(name, "live")
         assert await q.purge(name) == 1
         assert await _done_rows_left(q, conformance.now()) == 0
@@ -80,8 +78,7 @@ class TestRetention:
     async def test_dead_jobs_are_not_pruned_by_retention(self, conformance: Conformance) -> None:
         conformance.require("dlq", "dead jobs cannot be looked at")
         async with conformance.factory.open(retain_done=0) as q:
-            await q.enqueue(conformance.name, "doomed", max_attempts=1)
-            await q.tick(conformance.name, fail)
+            await dead_job(q, conformance.name)
             conformance.advance(30 * 24 * 3600)
             await q.sweep()
             assert await q.dlq_size(conformance.name) == 1

@@ -12,9 +12,18 @@ import anyio.lowlevel
 
 from blamequeue import Consumer, Job, JobContext, Queue
 
-from .fixtures import SAFETY_NET, Conformance, wait_for, wait_until
+from .fixtures import SAFETY_NET, Conformance, fail, succeed, wait_for, wait_until
 
-__all__ = ["Hanging", "Recorder", "consuming", "lease_order", "starts_two_at_a_time", "stop"]
+__all__ = [
+    "Hanging",
+    "Recorder",
+    "consuming",
+    "dead_job",
+    "done_job",
+    "lease_order",
+    "starts_two_at_a_time",
+    "stop",
+]
 
 
 class Recorder:
@@ -85,6 +94,25 @@ async def lease_order(conformance: Conformance, *, max: int = 100, **options: An
     record = Recorder()
     await conformance.queue.tick(conformance.name, record, max=max, **options)
     return record.seen
+
+
+async def done_job(queue: Queue, name: str, payload: Any = "done", **options: Any) -> str:
+    """Enqueue ``payload`` on ``name`` (``options`` as for ``Queue.enqueue``) and complete it in
+    a tick of its own; its id."""
+    job_id = await queue.enqueue(name, payload, **options)
+    result = await queue.tick(name, succeed)
+    assert (result.leased, result.succeeded) == (1, 1), result
+    return job_id
+
+
+async def dead_job(queue: Queue, name: str, payload: Any = "dead", **options: Any) -> str:
+    """Enqueue ``payload`` on ``name`` with a single attempt (``options`` as for
+    ``Queue.enqueue``) and fail it in a tick of its own, so that it ends dead (in the
+    dead-letter queue, on a backend that keeps one); its id."""
+    job_id = await queue.enqueue(name, payload, max_attempts=1, **options)
+    result = await queue.tick(name, fail)
+    assert (result.leased, result.failed, result.moved_to_dlq) == (1, 1, 1), result
+    return job_id
 
 
 async def stop(*consumers: Consumer) -> None:

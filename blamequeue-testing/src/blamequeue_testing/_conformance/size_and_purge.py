@@ -8,7 +8,8 @@ import pytest
 
 from blamequeue import Job, JobContext
 
-from .fixtures import Conformance, fail, succeed
+from .fixtures import Conformance
+from .running import dead_job, done_job
 
 __all__ = ["TestPurge", "TestSize"]
 
@@ -19,10 +20,8 @@ class TestSize:
         self, conformance: Conformance
     ) -> None:
         q, name = conformance.queue, conformance.name
-        await q.enqueue(name, "done")
-        await q.tick(name, succeed)
-        await q.enqueue(name, "dead", max_attempts=1)
-        await q.tick(name, fail)
+        await done_job(q, name)
+        await dead_job(q, name)
         await q.enqueue(name, "inflight")
         await q.enqueue(name, "pending")
         if conformance.capabilities.delay:
@@ -65,8 +64,7 @@ class TestPurge:
     async def test_purge_leaves_the_dlq_alone(self, conformance: Conformance) -> None:
         conformance.require("dlq", "there is no dead-letter queue to keep")
         q, name = conformance.queue, conformance.name
-        await q.enqueue(name, "dead", max_attempts=1)
-        await q.tick(name, fail)
+        await dead_job(q, name)
         await q.enqueue(name, "live")
         assert await q.purge(name) == 1
         assert await q.dlq_size(name) == 1

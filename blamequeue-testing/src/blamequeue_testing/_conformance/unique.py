@@ -20,7 +20,7 @@ from blamequeue import Job, JobContext, Queue
 from .fixtures import Conformance, fail, succeed
 from .refusals import refused
 from .requirements import lacking, requires
-from .running import lease_order
+from .running import dead_job, lease_order
 
 __all__ = ["TestUniqueArguments", "TestUniqueJobs", "TestWithoutUniqueJobs"]
 
@@ -31,11 +31,7 @@ _CONCURRENT = 24
 async def _dead_with_the_key(conformance: Conformance) -> str:
     """A job ``"doomed"`` holding the unique key, failed into the dead-letter queue; its id."""
     conformance.require("dlq", "there is no dead-letter queue to retry from")
-    job_id = await conformance.queue.enqueue(
-        conformance.name, "doomed", unique_key=_KEY, max_attempts=1
-    )
-    assert (await conformance.queue.tick(conformance.name, fail)).moved_to_dlq == 1
-    return job_id
+    return await dead_job(conformance.queue, conformance.name, "doomed", unique_key=_KEY)
 
 
 async def _shared_queues(
