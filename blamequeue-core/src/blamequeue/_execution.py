@@ -21,7 +21,7 @@ from ._batches import on_batch_job, skip_job
 from ._clock import to_datetime
 from ._context import JobContext, LeaseState, SyncJobContext
 from ._job_meta import JobMeta
-from ._job_seals import error_place, open_context, payload_place_of
+from ._job_seals import error_place, last_error_of, open_context, payload_place_of
 from ._models import DeadLetter, Job
 from ._results import encode_result
 from ._runtime import BackendRuntime
@@ -57,7 +57,7 @@ def to_job(runtime: BackendRuntime, stored: StoredJob, meta: JobMeta | None = No
         trace_id=stored.trace_id,
         created_at=to_datetime(stored.created_at),
         available_at=to_datetime(stored.available_at),
-        last_error=runtime.codec.decode_error(stored.last_error, error_place(stored)),
+        last_error=last_error_of(runtime.codec, stored),
         flow_id=stored.flow_id,
         task=meta.task,
         context=open_context(runtime.codec, meta.context, stored),
@@ -76,7 +76,7 @@ def to_dead_letter(runtime: BackendRuntime, stored: StoredJob) -> DeadLetter:
         queue=stored.queue,
         payload=payload,
         attempts=stored.attempts,
-        last_error=runtime.codec.decode_error(stored.last_error, error_place(stored)),
+        last_error=last_error_of(runtime.codec, stored),
         trace_id=stored.trace_id,
         classification=stored.classification,
         failed_at=to_datetime(stored.finished_at or stored.available_at),

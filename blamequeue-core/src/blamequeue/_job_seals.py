@@ -27,6 +27,7 @@ __all__ = [
     "CONTEXT_META_KEY",
     "TASK_META_KEY",
     "error_place",
+    "last_error_of",
     "meta_text",
     "open_context",
     "payload_place_of",
@@ -83,6 +84,14 @@ def payload_place_of(job: NewJob | StoredJob) -> bytes:
 def error_place(job: NewJob | StoredJob) -> bytes:
     """Where a job's sealed ``last_error`` belongs."""
     return job_place("error", job.queue, job.id)
+
+
+def last_error_of(codec: Codec, job: StoredJob) -> str | None:
+    """A stored job's ``last_error`` opened for its place (``None`` when it has none); never
+    raises (:meth:`~._codec.Codec.decode_error`)."""
+    if job.last_error is None:  # most jobs: no place to build
+        return None
+    return codec.decode_error(job.last_error, error_place(job))
 
 
 def seal_jobs(codec: Codec, drafts: Sequence[NewJob]) -> list[NewJob]:

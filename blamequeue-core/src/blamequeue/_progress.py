@@ -18,7 +18,7 @@ import attrs
 
 from ._clock import to_datetime
 from ._codec import dumps, job_place
-from ._job_seals import error_place
+from ._job_seals import last_error_of
 from ._results import LIVE_STATES, POLL_MAX, get_stored, not_found
 from .abc import JobEvents, JobWatch, StoredJob
 from .errors import BadArgumentError, QueueError, ResultTimeoutError
@@ -196,7 +196,7 @@ class Subscription:
             return JobEvent(job_id=self.job_id, kind="finished")
         error = None
         if stored.state != "done":
-            error = self._runtime.codec.decode_error(stored.last_error, error_place(stored))
+            error = last_error_of(self._runtime.codec, stored)
         return JobEvent(
             job_id=self.job_id,
             kind="finished",

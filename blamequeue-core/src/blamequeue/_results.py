@@ -19,7 +19,7 @@ from typing import Any
 
 from ._codec import Codec, dumps, job_place
 from ._flows import flow_name
-from ._job_seals import error_place
+from ._job_seals import last_error_of
 from ._runtime import BackendRuntime
 from ._validation import MAX_SECONDS_TEXT, is_duration
 from .abc import Flows, Inspection, JobWatch, StoredJob
@@ -156,7 +156,7 @@ def outcome(runtime: BackendRuntime, stored: StoredJob) -> Any:
     """The result of a finished job, or its failure raised."""
     if stored.state == "done":
         return decode_result(runtime.codec, stored)
-    raise failed(stored, runtime.codec.decode_error(stored.last_error, error_place(stored)))
+    raise failed(stored, last_error_of(runtime.codec, stored))
 
 
 async def get_stored(runtime: BackendRuntime, job_id: str) -> StoredJob | None:
@@ -227,6 +227,6 @@ async def dependency_results(
                 f"least as long as a flow takes to read its results",
             )
         if dep.state != "done":  # unreachable unless the flow was tampered with
-            raise failed(dep, runtime.codec.decode_error(dep.last_error, error_place(dep)))
+            raise failed(dep, last_error_of(runtime.codec, dep))
         results[flow_name(dep.meta) or dep.id] = decode_result(runtime.codec, dep)
     return results
