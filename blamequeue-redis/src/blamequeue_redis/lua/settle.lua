@@ -38,6 +38,15 @@ local function release(waiting, at)
   end
 end
 
+-- A failed attempt's error replaces the job's last one; none clears it.
+local function set_error(key, err)
+  if type(err) == 'string' then
+    redis.call('HSET', key, 'last_error', err)
+  else
+    redis.call('HDEL', key, 'last_error')
+  end
+end
+
 local ended = {}
 
 for j, item in ipairs(items) do
@@ -49,7 +58,6 @@ for j, item in ipairs(items) do
   else
     res[j] = '1'
     settled[#settled + 1] = id
-    local has_err = type(err) == 'string'
     if outcome == 'done' then
       local waiting = nil
       if f[3] then
@@ -71,29 +79,21 @@ for j, item in ipairs(items) do
     elseif outcome == 'dead' then
       redis.call('HSET', key, 'state', 'dead', 'finished_at', at)
       move(id, f[5], 'inflight', 'dead')
-      if has_err then
-        redis.call('HSET', key, 'last_error', err)
-      else
-        redis.call('HDEL', key, 'last_error')
-      end
+      set_error(key, err)
       dead[#dead + 1] = at
       dead[#dead + 1] = id
       ended[#ended + 1] = id
     elseif outcome == 'retry' then
       redis.call('HSET', key, 'state', 'pending', 'available_at', at)
       move(id, f[5], 'inflight', 'pending')
-      if has_err then
-        redis.call('HSET', key, 'last_error', err)
-      else
-        redis.call('HDEL', key, 'last_error')
-      end
+      set_error(key, err)
       woken = woken + pend(id, at, f[4], f[5], now)
     else -- release: the interrupted attempt is given back
       local attempts = tonumber(f[6]) - 1
       if attempts < 0 then attempts = 0 end
       redis.call('HSET', key, 'state', 'pending', 'available_at', at, 'attempts', itext(attempts))
       move(id, f[5], 'inflight', 'pending')
-      if has_err then redis.call('HSET', key, 'last_error', err) end
+      if type(err) == 'string' then redis.call('HSET', key, 'last_error', err) end
       woken = woken + pend(id, at, f[4], f[5], now)
     end
   end
