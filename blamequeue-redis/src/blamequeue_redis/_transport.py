@@ -29,7 +29,7 @@ import contextlib
 import functools
 import logging
 import socket
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, Final, TypeVar
 
 import anyio
@@ -249,6 +249,27 @@ async def _unblockable_reply(
                 except Exception as exc:
                     log.warning("could not hand back what a cancelled wait took: %r", exc)
         raise
+
+
+@contextlib.asynccontextmanager
+async def _lent(
+    waiter: _AsyncWaiter | _SyncWaiter,
+    check_in: Callable[[], None],
+    close: Callable[[], Awaitable[object]],
+) -> AsyncIterator[None]:
+    """Lend a pooled wait connection for one exchange: after it, the connection goes back to its
+    pool (``check_in``) when the exchange succeeded or left it clean (every reply read), and is
+    otherwise closed, shielded from cancellation (a reply may still be on its way)."""
+    healthy = False
+    try:
+        yield
+        healthy = True
+    finally:
+        if healthy or waiter.clean:
+            check_in()
+        else:
+            with anyio.CancelScope(shield=True):
+                await close()
 
 
 #: The longest a listener blocks in one read, in real seconds: a wait on the queue's clock
@@ -636,24 +657,14 @@ class AsyncioTransport(Transport):
                 with anyio.CancelScope(shield=True):
                     await waiter.close()
                 raise
-        healthy = False
-        try:
+        async with _lent(waiter, functools.partial(idle.append, waiter), waiter.close):
             if waiter.wire is not None:
-                replies = await waiter.exchange_unblockable(
+                return await waiter.exchange_unblockable(
                     make, lambda: self._unblock(waiter), abandoned
                 )
-            else:
-                replies = await _run_unblockable(
-                    lambda: waiter.exchange(make), lambda: self._unblock(waiter), abandoned
-                )
-            healthy = True
-            return replies
-        finally:
-            if healthy or waiter.clean:
-                idle.append(waiter)
-            else:
-                with anyio.CancelScope(shield=True):
-                    await waiter.close()
+            return await _run_unblockable(
+                lambda: waiter.exchange(make), lambda: self._unblock(waiter), abandoned
+            )
 
     async def _unblock(self, waiter: _AsyncWaiter) -> object:
         if waiter.node is not None:
@@ -816,23 +827,15 @@ class ThreadTransport(Transport):
 
     async def _on_waiter(self, key: str, make: Commands, abandoned: Abandoned = None) -> list[Any]:
         waiter = await self._checkout(key)
-        healthy = False
-        try:
-            replies = await _run_unblockable(
+        check_in = functools.partial(self._checkin, waiter)
+        async with _lent(waiter, check_in, functools.partial(self._run, waiter.close)):
+            return await _run_unblockable(
                 lambda: anyio.to_thread.run_sync(
                     functools.partial(waiter.exchange, make), limiter=self._wait_limiter
                 ),
                 lambda: self._unblock(waiter),
                 abandoned,
             )
-            healthy = True
-            return replies
-        finally:
-            if healthy or waiter.clean:
-                self._checkin(waiter)
-            else:
-                with anyio.CancelScope(shield=True):
-                    await self._run(waiter.close)
 
     async def _unblock(self, waiter: _SyncWaiter) -> object:
         if waiter.node is not None:
