@@ -8,12 +8,13 @@ refilled only by the virtual clock, so "how many may start now" is exact.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
 import pytest
 
-from blamequeue import Job, JobContext, QueueError, RateLimit
+from blamequeue import Job, JobContext, Queue, QueueError, RateLimit
 
 from .fixtures import Conformance, succeed, wait_until
 from .refusals import refused
@@ -26,6 +27,21 @@ __all__ = [
     "TestLimitArguments",
     "TestWithoutLimits",
 ]
+
+_Call = Callable[[Queue, str], Awaitable[object]]
+
+_CALLS_NEEDING: dict[str, dict[str, _Call]] = {
+    "group_limits": {
+        "enqueue with a group_key": lambda q, n: q.enqueue(n, None, group_key="tenant"),
+        "tick with group_concurrency": lambda q, n: q.tick(n, succeed, group_concurrency=1),
+    },
+    "global_rate_limit": {
+        "consume with a global_rate_limit": lambda q, n: q.consume(
+            n, succeed, global_rate_limit=RateLimit(max=1, per_seconds=1)
+        ),
+    },
+}
+"""Per capability, the calls a backend without it refuses with ``queue/limits-unsupported``."""
 
 
 @requires("group_limits", "group_key and group_concurrency are refused")
@@ -204,10 +220,8 @@ class TestGlobalRateLimit:
     async def test_a_consumer_starts_no_more_than_the_fleet_rate(
         self, conformance: Conformance
     ) -> None:
-        t0 = conformance.now()
-        rate = RateLimit(max=2, per_seconds=10)
-        starts = await starts_two_at_a_time(conformance, [10, 5], global_rate_limit=rate)
-        assert starts == [t0, t0, t0 + 10, t0 + 10, t0 + 15]
+        starts = await starts_two_at_a_time(conformance, "global_rate_limit", advances=[10, 5])
+        assert starts == [0, 0, 10, 10, 15]
 
 
 @pytest.mark.anyio
@@ -250,22 +264,13 @@ class TestLimitArguments:
 
 @pytest.mark.anyio
 class TestWithoutLimits:
-    async def test_group_key_is_refused_when_groups_cannot_be_limited(
-        self, conformance: Conformance
+    @pytest.mark.parametrize("capability", list(_CALLS_NEEDING), ids=list(_CALLS_NEEDING))
+    async def test_a_limit_the_backend_cannot_enforce_is_refused(
+        self, conformance: Conformance, capability: str
     ) -> None:
-        if conformance.capabilities.group_limits:
-            pytest.skip("backend declares group_limits=True")
-        q, name = conformance.queue, conformance.name
-        await refused("queue/limits-unsupported", q.enqueue(name, None, group_key="tenant"))
-        await refused("queue/limits-unsupported", q.tick(name, succeed, group_concurrency=1))
-
-    async def test_global_rate_limit_is_refused_when_it_cannot_be_shared(
-        self, conformance: Conformance
-    ) -> None:
-        if conformance.capabilities.global_rate_limit:
-            pytest.skip("backend declares global_rate_limit=True")
-        q, name = conformance.queue, conformance.name
-        await refused(
-            "queue/limits-unsupported",
-            q.consume(name, succeed, global_rate_limit=RateLimit(max=1, per_seconds=1)),
-        )
+        if getattr(conformance.capabilities, capability):
+            pytest.skip(f"backend declares {capability}=True")
+        for what, call in _CALLS_NEEDING[capability].items():
+            await refused(
+                "queue/limits-unsupported", call(conformance.queue, conformance.name), case=what
+            )

@@ -10,7 +10,7 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 
-from blamequeue import Consumer, Job, JobContext, Queue
+from blamequeue import Consumer, Job, JobContext, Queue, RateLimit
 
 from .fixtures import SAFETY_NET, Conformance, fail, succeed, wait_for, wait_until
 
@@ -138,20 +138,23 @@ async def consuming(
 
 
 async def starts_two_at_a_time(
-    conformance: Conformance, advances: Sequence[float], **rate_limit: Any
+    conformance: Conformance, option: str, *, advances: Sequence[float]
 ) -> list[float]:
-    """Consume five jobs of the test's queue at concurrency 5 under ``rate_limit`` (a
-    ``Queue.consume`` option allowing two starts a window); once the first two have run, move
-    the clock by each of ``advances`` in turn, waiting each time for up to two more.  When
-    each handler started, on the queue's clock."""
+    """Consume five jobs of the test's queue at concurrency 5 with the ``Queue.consume`` rate
+    option ``option`` (``rate_limit`` or ``global_rate_limit``) set to two starts per 10 s
+    window; once the first two have run, move the clock by each of ``advances`` in turn,
+    waiting each time for up to two more.  When each handler started, in seconds on the
+    queue's clock after the consumer was started."""
     await conformance.queue.enqueue_many(conformance.name, list(range(5)))
+    started_at = conformance.now()
     starts: list[float] = []
 
     async def record(job: Job, ctx: JobContext) -> None:
-        starts.append(conformance.now())
+        starts.append(conformance.now() - started_at)
 
+    rate = {option: RateLimit(max=2, per_seconds=10)}
     async with consuming(
-        conformance.queue, conformance.name, record, concurrency=5, poll_interval=0.05, **rate_limit
+        conformance.queue, conformance.name, record, concurrency=5, poll_interval=0.05, **rate
     ) as consumer:
         started = 2
         await wait_until(_succeeded(consumer, started), "the first two starts")
