@@ -15,6 +15,13 @@ _INT32_MIN = -(2**31)
 _INT32_MAX = 2**31 - 1
 
 
+async def _delayed(conformance: Conformance, payload: object, delay: float) -> float:
+    """Enqueue ``payload`` on the test's queue with ``delay``; when it is due."""
+    due = conformance.now() + delay
+    await conformance.queue.enqueue(conformance.name, payload, delay=delay)
+    return due
+
+
 async def _due_exactly_at(conformance: Conformance, due: float) -> None:
     """The test's one job is not leasable a millisecond before ``due``, and is at ``due``."""
     conformance.advance_to(due - 0.001)
@@ -94,14 +101,13 @@ class TestOrdering:
 
 @pytest.mark.anyio
 class TestDelay:
+    @pytest.mark.parametrize("delay", [10, 0.25], ids=["whole-seconds", "fractional"])
     async def test_delayed_job_is_not_leased_before_its_delay(
-        self, conformance: Conformance
+        self, conformance: Conformance, delay: float
     ) -> None:
         conformance.require("delay", "delays cannot be checked")
         conformance.require_virtual_time("delays are checked by moving the clock")
-        q, name = conformance.queue, conformance.name
-        due = conformance.now() + 10.0
-        await q.enqueue(name, "later", delay=10)
+        due = await _delayed(conformance, "later", delay)
         assert await conformance.leasable() == 0
         await _due_exactly_at(conformance, due)
 
@@ -113,26 +119,16 @@ class TestDelay:
     async def test_handler_sees_available_at_of_its_delay(self, conformance: Conformance) -> None:
         conformance.require("delay", "delays cannot be checked")
         conformance.require_virtual_time("the delay is waited out by moving the clock")
-        q, name = conformance.queue, conformance.name
-        due = conformance.now() + 90.5
-        await q.enqueue(name, "later", delay=90.5)
+        due = await _delayed(conformance, "later", 90.5)
         seen: list[float] = []
 
         async def record(job: Job, ctx: JobContext) -> None:
             seen.append(job.available_at.timestamp())
 
         conformance.advance(120)
-        await q.tick(name, record)
+        await conformance.queue.tick(conformance.name, record)
         assert seen == [pytest.approx(due, abs=1e-3)]
 
     async def test_zero_delay_is_due_at_once(self, conformance: Conformance) -> None:
         await conformance.queue.enqueue(conformance.name, "now", delay=0)
         assert await conformance.leasable() == 1
-
-    async def test_fractional_delay_is_honoured(self, conformance: Conformance) -> None:
-        conformance.require("delay", "delays cannot be checked")
-        conformance.require_virtual_time("delays are checked by moving the clock")
-        q, name = conformance.queue, conformance.name
-        due = conformance.now() + 0.25
-        await q.enqueue(name, "soon", delay=0.25)
-        await _due_exactly_at(conformance, due)
