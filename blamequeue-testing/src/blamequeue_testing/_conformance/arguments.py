@@ -95,6 +95,12 @@ _BAD_TICK_OPTIONS: dict[str, dict[str, Any]] = {
     "zero-concurrency": {"concurrency": 0},
 }
 
+_BAD_RUN_OPTIONS: dict[str, tuple[str, dict[str, Any]]] = {
+    **{f"consume-{option}": ("consume", bad) for option, bad in _BAD_CONSUME_OPTIONS.items()},
+    **{f"tick-{option}": ("tick", bad) for option, bad in _BAD_TICK_OPTIONS.items()},
+}
+"""Per case, the call that runs handlers (``consume`` or ``tick``) and the bad options it gets."""
+
 _NOT_STARTED_CALLS: dict[str, _Call] = {
     "enqueue": lambda q, n: q.enqueue(n, 1),
     "enqueue_many": lambda q, n: q.enqueue_many(n, [1]),
@@ -182,21 +188,14 @@ class TestBadInput:
             await _refused(q.enqueue_many(name, payloads), "queue/bad-argument")  # type: ignore[arg-type]
         assert await conformance.size() == 0
 
-    @pytest.mark.parametrize("option", list(_BAD_CONSUME_OPTIONS), ids=list(_BAD_CONSUME_OPTIONS))
-    async def test_bad_consume_argument_is_refused_and_nothing_consumed(
-        self, conformance: Conformance, option: str
+    @pytest.mark.parametrize("case", list(_BAD_RUN_OPTIONS), ids=list(_BAD_RUN_OPTIONS))
+    async def test_bad_consume_or_tick_argument_is_refused_and_nothing_leased(
+        self, conformance: Conformance, case: str
     ) -> None:
+        call, options = _BAD_RUN_OPTIONS[case]
         async with _one_job_left_untouched(conformance) as (q, name):
-            options = _BAD_CONSUME_OPTIONS[option]
-            await _refused(q.consume(name, succeed, **options), "queue/bad-argument")
-
-    @pytest.mark.parametrize("option", list(_BAD_TICK_OPTIONS), ids=list(_BAD_TICK_OPTIONS))
-    async def test_bad_tick_argument_is_refused_and_nothing_leased(
-        self, conformance: Conformance, option: str
-    ) -> None:
-        async with _one_job_left_untouched(conformance) as (q, name):
-            options = _BAD_TICK_OPTIONS[option]
-            await _refused(q.tick(name, succeed, **options), "queue/bad-argument")
+            run = q.consume if call == "consume" else q.tick
+            await _refused(run(name, succeed, **options), "queue/bad-argument")
 
     async def test_handler_that_is_not_callable_is_refused(self, conformance: Conformance) -> None:
         async with _one_job_left_untouched(conformance) as (q, name):
