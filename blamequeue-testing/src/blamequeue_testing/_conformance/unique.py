@@ -34,6 +34,18 @@ async def _dead_with_the_key(conformance: Conformance) -> str:
     return await dead_job(conformance.queue, conformance.name, "doomed", unique_key=_KEY)
 
 
+async def _takes_the_key(
+    conformance: Conformance, payload: object, *, unique_for: float
+) -> tuple[str, float]:
+    """Enqueue ``payload`` holding the unique key for ``unique_for`` seconds; its id and when
+    the key is free again."""
+    free_at = conformance.now() + unique_for
+    job_id = await conformance.queue.enqueue(
+        conformance.name, payload, unique_key=_KEY, unique_for=unique_for
+    )
+    return job_id, free_at
+
+
 async def _shared_queues(
     conformance: Conformance, stack: AsyncExitStack, count: int
 ) -> list[Queue]:
@@ -104,11 +116,10 @@ class TestUniqueJobs:
         self, conformance: Conformance
     ) -> None:
         q, name = conformance.queue, conformance.name
-        enqueued_at = conformance.now()
-        first = await q.enqueue(name, "first", unique_key=_KEY, unique_for=60)
-        conformance.advance_to(enqueued_at + 59.999)
+        first, free_at = await _takes_the_key(conformance, "first", unique_for=60)
+        conformance.advance_to(free_at - 0.001)
         assert await q.enqueue(name, "early", unique_key=_KEY) == first
-        conformance.advance_to(enqueued_at + 60)
+        conformance.advance_to(free_at)
         second = await q.enqueue(name, "second", unique_key=_KEY, unique_for=60)
         assert second != first
         assert await q.size(name) == 2  # the first job is not touched, only its key
@@ -118,9 +129,8 @@ class TestUniqueJobs:
         self, conformance: Conformance
     ) -> None:
         q, name = conformance.queue, conformance.name
-        enqueued_at = conformance.now()
-        first = await q.enqueue(name, "first", unique_key=_KEY, unique_for=10)
-        conformance.advance_to(enqueued_at + 10)
+        first, free_at = await _takes_the_key(conformance, "first", unique_for=10)
+        conformance.advance_to(free_at)
         second = await q.enqueue(name, "second", unique_key=_KEY)
         ran: list[str] = []
 
