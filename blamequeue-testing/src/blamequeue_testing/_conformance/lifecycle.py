@@ -10,7 +10,7 @@ import pytest
 
 from blamequeue import Job, JobContext, TickResult
 
-from .fixtures import Conformance, succeed
+from .fixtures import Conformance, fail, succeed
 from .refusals import refused
 
 __all__ = ["TestEnqueue", "TestLifecycle"]
@@ -226,11 +226,7 @@ class TestLifecycle:
     ) -> None:
         q, name = conformance.queue, conformance.name
         await q.enqueue(name, "x", max_attempts=2)
-
-        async def boom(job: Job, ctx: JobContext) -> None:
-            raise RuntimeError("boom")
-
-        result = await q.tick(name, boom)
+        result = await q.tick(name, fail)
         assert (result.failed, result.moved_to_dlq) == (1, 0)
         assert await conformance.size() == 1
         if conformance.capabilities.dlq:
