@@ -265,7 +265,7 @@ class FaultProxy:
         self._thread: threading.Thread | None = None
         self.endpoint = ""
 
-    def start(self) -> str:
+    def __enter__(self) -> FaultProxy:
         server = _Server(self)
         self._server = server
         self._thread = threading.Thread(
@@ -273,22 +273,15 @@ class FaultProxy:
         )
         self._thread.start()
         self.endpoint = f"http://127.0.0.1:{server.server_address[1]}"
-        return self.endpoint
+        return self
 
-    def stop(self) -> None:
+    def __exit__(self, *exc: object) -> None:
         server, self._server = self._server, None
         if server is not None:
             server.shutdown()
             server.server_close()
         if self._thread is not None:
             self._thread.join(timeout=10)
-
-    def __enter__(self) -> FaultProxy:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     # -- the script --------------------------------------------------------------------------
     def inject(
