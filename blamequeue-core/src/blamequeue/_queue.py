@@ -471,12 +471,10 @@ class Queue:
         )
         if claim is not None:
             job_id = await enqueue_unique(runtime, jobs[0], claim)
-        else:
-            await runtime.call("enqueue", lambda: runtime.backend.enqueue(jobs))
-            job_id = jobs[0].id
-        runtime.notify(queue_name)
-        self._added(runtime, queue_name, [job_id])
-        return job_id
+            runtime.notify(queue_name)
+            self._added(runtime, queue_name, [job_id])
+            return job_id
+        return (await self._store(runtime, queue_name, jobs))[0]
 
     async def enqueue_many(
         self,
@@ -523,47 +521,27 @@ class Queue:
         )
         if not jobs:
             return []
+        return await self._store(runtime, queue_name, jobs)
+
+    async def _store(
+        self, runtime: BackendRuntime, queue_name: str, jobs: list[NewJob]
+    ) -> list[str]:
+        """Hand ``jobs`` (built by :meth:`_build_jobs`) to the backend in one call, wake this
+        process's consumers of ``queue_name`` and announce the jobs; returns their ids."""
         await runtime.call("enqueue", lambda: runtime.backend.enqueue(jobs))
         runtime.notify(queue_name)
         ids = [job.id for job in jobs]
         self._added(runtime, queue_name, ids)
         return ids
 
-    async def _enqueue_task(
-        self,
-        *,
-        queue_name: str,
-        payload: Any,
-        backend: str | None,
-        priority: int,
-        delay: float,
-        max_attempts: int | None,
-        backoff: Any,
-        timeout: float | None,
-        meta: Mapping[str, Any],
-        job_id: str | None = None,
-    ) -> str:
-        """Enqueue one task job: ``enqueue`` plus the task's ``meta`` (see :mod:`._tasks`);
-        ``job_id`` given by the scheduler, whose retries must not store a job twice."""
+    async def _enqueue_task(self, *, backend: str | None, **options: Any) -> str:
+        """Enqueue one task job: ``enqueue`` plus the task's ``meta`` (see :mod:`._tasks`).
+        ``options`` are those of :meth:`PendingDispatch._options`, and ``job_id`` when the
+        scheduler gives one (its retries must not store a job twice).  The testing kit's
+        ``QueueFake`` records dispatches by standing in for this method."""
         runtime = self._runtime(backend)
-        jobs = self._build_jobs(
-            runtime,
-            queue_name,
-            [to_wire(payload)],
-            priority=priority,
-            delay=delay,
-            max_attempts=max_attempts,
-            classification=None,
-            trace_id=None,
-            backoff=backoff,
-            extra_meta=meta,
-            timeout=timeout,
-            job_id=job_id,
-        )
-        await runtime.call("enqueue", lambda: runtime.backend.enqueue(jobs))
-        runtime.notify(queue_name)
-        self._added(runtime, queue_name, [jobs[0].id])
-        return jobs[0].id
+        jobs = self._build_task_jobs(runtime, options)
+        return (await self._store(runtime, options["queue_name"], jobs))[0]
 
     async def _dispatch_task(self, options: Mapping[str, Any]) -> str:
         """Enqueue the task job of a :class:`PendingDispatch`'s ``options`` (with the
@@ -593,6 +571,7 @@ class Queue:
             backoff=options["backoff"],
             extra_meta=options["meta"],
             timeout=options["timeout"],
+            job_id=options.get("job_id"),
         )
 
     async def find_batch(self, batch_id: str, *, backend: str | None = None) -> Batch | None:
@@ -866,9 +845,7 @@ class Queue:
 
         plan = plan_flow(children, build)
         plan = attrs.evolve(plan, jobs=seal_jobs(runtime.codec, plan.jobs))
-        await runtime.call("enqueue", lambda: runtime.backend.enqueue(plan.jobs))
-        runtime.notify(queue_name)
-        self._added(runtime, queue_name, [job.id for job in plan.jobs])
+        await self._store(runtime, queue_name, plan.jobs)
         await self._auditor.emit(
             "system.queue.flow.register",
             backend=runtime.name,
