@@ -389,22 +389,20 @@ class TestWorkers:
 
     async def test_each_consumer_has_its_own_entry(self, conformance: Conformance) -> None:
         q, name = conformance.queue, conformance.name
-        first = await q.consume(name, succeed, poll_interval=3600)
-        second = await q.consume(f"{name}-other", succeed, poll_interval=3600)
-        try:
+        async with (
+            consuming(q, name, succeed, poll_interval=3600) as first,
+            consuming(q, f"{name}-other", succeed, poll_interval=3600) as second,
+        ):
             listed = {w.id: w.queue for w in await q.workers()}
             assert listed[first.id] == name
             assert listed[second.id] == f"{name}-other"
             assert first.id != second.id
-        finally:
-            await stop(first, second)
 
     async def test_a_live_consumer_heartbeats_as_time_passes(
         self, conformance: Conformance
     ) -> None:
         q, name = conformance.queue, conformance.name
-        consumer = await q.consume(name, succeed, poll_interval=3600)
-        try:
+        async with consuming(q, name, succeed, poll_interval=3600) as consumer:
             conformance.advance(10 * LIVE_FOR)
             now = conformance.now()
             [worker] = await _workers_until(
@@ -416,8 +414,6 @@ class TestWorkers:
                 "the consumer's heartbeat at the new time",
             )
             assert worker.id == consumer.id
-        finally:
-            await stop(consumer)
 
     async def test_the_heartbeat_carries_the_consumer_counts(
         self, conformance: Conformance
@@ -431,8 +427,7 @@ class TestWorkers:
                 handled.set()
                 raise RuntimeError("the second one fails")
 
-        consumer = await q.consume(name, count, poll_interval=3600)
-        try:
+        async with consuming(q, name, count, poll_interval=3600) as consumer:
             await wait_until(
                 lambda: consumer.stats.succeeded + consumer.stats.failed == 2, "both jobs"
             )
@@ -444,8 +439,6 @@ class TestWorkers:
             )
             [worker] = [w for w in await q.workers() if w.id == consumer.id]
             assert (worker.succeeded, worker.failed, worker.in_flight) == (1, 1, 0)
-        finally:
-            await stop(consumer)
 
     async def test_a_worker_silent_for_three_heartbeats_is_not_live(
         self, conformance: Conformance
