@@ -168,6 +168,11 @@ async def _unseal_failures_reach_the_dlq(
 
 @requires("dlq", "unreadable jobs are checked in the dead-letter queue")
 class TestSealing:
+    @pytest.fixture
+    def store(self, conformance: Conformance, bq_backend_config: Mapping[str, Any]) -> _Store:
+        """The store under the test's queue, read and altered behind the queue's back."""
+        return _Store(_backend(conformance.queue), bq_backend_config)
+
     async def test_payload_and_last_error_are_stored_sealed(self, conformance: Conformance) -> None:
         q, name = conformance.queue, conformance.name
         job_id = await q.enqueue(name, {"card": PAYLOAD_SECRET}, max_attempts=1)
@@ -184,10 +189,9 @@ class TestSealing:
         assert dead.last_error.startswith(f"RuntimeError: declined: {ERROR_SECRET}")
 
     async def test_plaintext_appears_nowhere_in_the_store(
-        self, conformance: Conformance, bq_backend_config: Mapping[str, Any]
+        self, conformance: Conformance, store: _Store
     ) -> None:
         q, name = conformance.queue, conformance.name
-        store = _Store(_backend(q), bq_backend_config)
         await q.enqueue(name, {"card": PAYLOAD_SECRET}, max_attempts=1)
         await q.tick(name, _leaky)  # dead: payload and error at rest
         await q.enqueue(name, {"card": PAYLOAD_SECRET}, max_attempts=3)
@@ -242,10 +246,9 @@ class TestSealing:
                 assert attempts == [1]  # the released attempt was given back
 
     async def test_a_tampered_row_goes_to_the_dlq_and_the_worker_goes_on(
-        self, conformance: Conformance, bq_backend_config: Mapping[str, Any]
+        self, conformance: Conformance, store: _Store
     ) -> None:
         q, name = conformance.queue, conformance.name
-        store = _Store(_backend(q), bq_backend_config)
         bad = await q.enqueue(name, {"card": PAYLOAD_SECRET})
         store.tamper(bad)
         error = await _unseal_failures_reach_the_dlq(conformance, q, bad)
@@ -305,10 +308,9 @@ class TestSealing:
                 await wrong.tick(name, succeed)
 
     async def test_a_payload_copied_into_another_job_does_not_run(
-        self, conformance: Conformance, bq_backend_config: Mapping[str, Any]
+        self, conformance: Conformance, store: _Store
     ) -> None:
         q, name = conformance.queue, conformance.name
-        store = _Store(_backend(q), bq_backend_config)
         first = await q.enqueue(name, {"card": PAYLOAD_SECRET})
         second = await q.enqueue(name, {"card": "other"})
         store.set(second, "payload", store.get(first, "payload"))
@@ -317,10 +319,9 @@ class TestSealing:
         assert PAYLOAD_SECRET not in error
 
     async def test_a_task_name_rewritten_in_the_store_does_not_run(
-        self, conformance: Conformance, bq_backend_config: Mapping[str, Any]
+        self, conformance: Conformance, store: _Store
     ) -> None:
         q, name = conformance.queue, conformance.name
-        store = _Store(_backend(q), bq_backend_config)
         ran: list[str] = []
 
         @q.task(queue=name, name="harmless")
