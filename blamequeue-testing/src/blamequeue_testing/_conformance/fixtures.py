@@ -167,6 +167,18 @@ class Conformance:
         self.name = f"conformance-{uuid.uuid4().hex[:12]}"
         """A queue name no other test uses (backends may be shared between tests)."""
 
+    @classmethod
+    def of(cls, queue: Queue, factory: QueueFactory) -> Conformance:
+        """The conformance object of ``queue``, built by ``factory``: its clock, its audit
+        recorder and the capabilities of the backend its config names."""
+        return cls(
+            queue=queue,
+            clock=factory.clock,
+            audit=factory.audit,
+            factory=factory,
+            capabilities=backend_capabilities(factory.config),
+        )
+
     # -- capabilities ----------------------------------------------------------------------
     def require(self, flag: str, why: str) -> None:
         """Skip the test, saying so, when the backend lacks capability ``flag`` (a facet it
@@ -326,18 +338,7 @@ async def conformance_queue(conformance_queue_factory: QueueFactory) -> AsyncIte
 
 
 @pytest.fixture
-def conformance(
-    conformance_queue: Queue,
-    conformance_queue_factory: QueueFactory,
-    conformance_clock: VirtualClock,
-    conformance_audit: AuditRecorder,
-    bq_backend_config: Mapping[str, Any],
-) -> Conformance:
-    """Everything a conformance test works with, in one object."""
-    return Conformance(
-        queue=conformance_queue,
-        clock=conformance_clock,
-        audit=conformance_audit,
-        factory=conformance_queue_factory,
-        capabilities=backend_capabilities(bq_backend_config),
-    )
+def conformance(conformance_queue: Queue, conformance_queue_factory: QueueFactory) -> Conformance:
+    """Everything a conformance test works with, in one object (the factory was built from
+    ``bq_backend_config``, ``conformance_clock`` and ``conformance_audit``)."""
+    return Conformance.of(conformance_queue, conformance_queue_factory)
