@@ -26,6 +26,7 @@ from blamequeue._plugins import Registration, _collect, load_registry
 from blamequeue._sealing import _read_key_file
 from blamequeue.errors import BackendUnavailableError, ConfigError, QueueError
 from blamequeue_testing import MemoryBackend, VirtualClock
+from blamequeue_testing.conformance import AuditRecorder
 
 pytestmark = pytest.mark.anyio
 
@@ -36,29 +37,18 @@ KEYS = f"k1:{K1}"
 KEYRING = {"k1": bytes(range(32)), "k2": bytes(range(32, 64))}
 
 
-class Recorder:
-    def __init__(self) -> None:
-        self.events: list[AuditEvent] = []
-
-    async def emit(self, event: AuditEvent) -> None:
-        self.events.append(event)
-
-    def named(self, name: str) -> list[AuditEvent]:
-        return [e for e in self.events if e.name == name]
-
-
 @pytest.fixture
 def clock() -> VirtualClock:
     return VirtualClock()
 
 
 @pytest.fixture
-def recorder() -> Recorder:
-    return Recorder()
+def recorder() -> AuditRecorder:
+    return AuditRecorder()
 
 
 @pytest.fixture
-async def queue(clock: VirtualClock, recorder: Recorder) -> AsyncIterator[Queue]:
+async def queue(clock: VirtualClock, recorder: AuditRecorder) -> AsyncIterator[Queue]:
     q = Queue(
         backends={"b": {"protocol": "memory"}},
         clock=clock,
@@ -86,7 +76,7 @@ def event(n: int = 0, **data: Any) -> AuditEvent:
 
 # -- progress markers --------------------------------------------------------------------------
 async def test_a_chatty_handler_gets_at_most_one_marker_per_second_plus_completion(
-    queue: Queue, clock: VirtualClock, recorder: Recorder
+    queue: Queue, clock: VirtualClock, recorder: AuditRecorder
 ) -> None:
     await queue.enqueue("q", {"card": SECRET}, trace_id="t", classification="pci")
 
@@ -110,7 +100,7 @@ async def test_a_chatty_handler_gets_at_most_one_marker_per_second_plus_completi
 
 
 async def test_progress_markers_are_kept_per_job(
-    queue: Queue, clock: VirtualClock, recorder: Recorder
+    queue: Queue, clock: VirtualClock, recorder: AuditRecorder
 ) -> None:
     ids = await queue.enqueue_many("q", ["a", "b"])
 
@@ -125,7 +115,7 @@ async def test_progress_markers_are_kept_per_job(
 
 # -- events and their fields -------------------------------------------------------------------
 async def test_a_dead_letter_from_an_unreadable_row_is_audited_with_its_error_code(
-    queue: Queue, recorder: Recorder
+    queue: Queue, recorder: AuditRecorder
 ) -> None:
     job_id = await queue.enqueue("q", {"card": SECRET}, trace_id="t", classification="pci")
     row = queue._runtimes["b"].backend._store.jobs[job_id]
@@ -138,7 +128,7 @@ async def test_a_dead_letter_from_an_unreadable_row_is_audited_with_its_error_co
 
 
 async def test_each_expired_lease_is_its_own_event(
-    queue: Queue, clock: VirtualClock, recorder: Recorder
+    queue: Queue, clock: VirtualClock, recorder: AuditRecorder
 ) -> None:
     first = await queue.enqueue("q", "a", trace_id="t1", classification="c")
     second = await queue.enqueue("q", "b", trace_id="t2", classification="c", max_attempts=1)
@@ -160,7 +150,7 @@ async def test_each_expired_lease_is_its_own_event(
 
 
 async def test_a_sweep_result_without_job_names_gives_one_counting_event(
-    queue: Queue, clock: VirtualClock, recorder: Recorder, monkeypatch: pytest.MonkeyPatch
+    queue: Queue, clock: VirtualClock, recorder: AuditRecorder, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     backend = queue._runtimes["b"].backend
     real_sweep = backend.sweep
@@ -194,7 +184,7 @@ class FlakyBackend(MemoryBackend):
 
 
 async def test_breaker_open_and_close_are_audited(
-    clock: VirtualClock, recorder: Recorder, monkeypatch: pytest.MonkeyPatch
+    clock: VirtualClock, recorder: AuditRecorder, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setitem(
         load_registry().protocols,
@@ -224,7 +214,7 @@ async def test_a_sink_registered_through_the_hook_receives_events(
 ) -> None:
     from blamequeue import hookimpl
 
-    plugged = Recorder()
+    plugged = AuditRecorder()
 
     @hookimpl
     def blamequeue_register_audit_sinks(register: Any) -> None:
@@ -258,7 +248,7 @@ def test_a_plugin_registering_a_sink_class_instead_of_an_object_is_refused(
     monkeypatch.setattr(
         registry,
         "audit_sinks",
-        {"oops": Registration(value=Recorder, plugin="careless")},
+        {"oops": Registration(value=AuditRecorder, plugin="careless")},
     )
     with pytest.raises(ConfigError) as info:
         Queue(backends={"b": {"protocol": "memory"}})
@@ -273,7 +263,7 @@ async def test_a_failing_sink_is_logged_and_the_others_still_get_the_event(
         async def emit(self, event: AuditEvent) -> None:
             raise OSError("disk full")
 
-    good = Recorder()
+    good = AuditRecorder()
     auditor = Auditor(clock=clock, sinks=[Broken(), good])
     with caplog.at_level(logging.ERROR, logger="blamequeue.audit"):
         await auditor.emit("system.queue.purge", backend="b", queue="q")
