@@ -66,6 +66,7 @@ from blamequeue_local._statements import (
     ENQUEUE_PARAMETERS,
     ENQUEUE_VALUES_MAX,
     MAX_PARAMETERS,
+    WORKER_COLUMNS,
     Statements,
 )
 from blamequeue_local._store import Row, SQLiteStore, Store, connect
@@ -90,6 +91,10 @@ _UNIQUE_ATTEMPTS: Final = 5
 # needlessly, and only when it is too large for bound parameters).
 _JSON_NUL: Final = "\\u0000"
 
+
+# The worker registry's columns are named for the fields of WorkerRecord and typed like them
+# (INTEGER, REAL, TEXT), so a registry row and a record map onto each other by name.
+_WORKER_FIELDS: Final = tuple(WORKER_COLUMNS.split(", "))
 
 # One padding row of Statements.enqueue_values (its NULL id makes the statement skip it).
 _PADDING: Final[list[Any]] = [None] * ENQUEUE_PARAMETERS
@@ -670,21 +675,8 @@ class LocalBackend(
         return await self._execute(self._records_sql.delete, (kind, key)) > 0
 
     async def worker_heartbeat(self, worker: WorkerRecord) -> None:
-        await self._execute(
-            self._sql.worker_heartbeat,
-            (
-                worker.id,
-                worker.queue,
-                worker.host,
-                worker.pid,
-                worker.concurrency,
-                worker.started_at,
-                worker.heartbeat_at,
-                worker.in_flight,
-                worker.succeeded,
-                worker.failed,
-            ),
-        )
+        values = tuple(getattr(worker, field) for field in _WORKER_FIELDS)
+        await self._execute(self._sql.worker_heartbeat, values)
 
     async def worker_gone(self, worker_id: str) -> None:
         await self._execute(self._sql.worker_gone, (worker_id,))
@@ -692,21 +684,7 @@ class LocalBackend(
     async def list_workers(self, *, alive_since: float) -> list[WorkerRecord]:
         await self._execute(self._sql.workers_prune, (alive_since,))
         rows = await self._all(self._sql.workers_list, (alive_since,))
-        return [
-            WorkerRecord(
-                id=row[0],
-                queue=row[1],
-                host=row[2],
-                pid=int(row[3]),
-                concurrency=int(row[4]),
-                started_at=float(row[5]),
-                heartbeat_at=float(row[6]),
-                in_flight=int(row[7]),
-                succeeded=int(row[8]),
-                failed=int(row[9]),
-            )
-            for row in rows
-        ]
+        return [WorkerRecord(**dict(zip(_WORKER_FIELDS, row, strict=True))) for row in rows]
 
 
 def _record(kind: str, row: Row) -> Record:
