@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from blamequeue import Job, JobContext, Queue, QueueError, hookimpl
-from blamequeue._accelerators import PORTABLE_ENV, secretbox_batch
+from blamequeue._accelerators import PORTABLE_ENV, secretbox_batch, secretbox_open
 from blamequeue._codec import JsonCodec, SealedCodec, dumps, place
 from blamequeue._plugins import Registration, _collect, load_registry
 from blamequeue._sealing import (
@@ -97,6 +97,32 @@ def test_a_batch_is_sealed_as_one_by_one_each_with_a_nonce_of_its_own(
     for payloads in ([{"a": 1}, [2], "three"], [{"a": 1}]):
         encoded = codec.seal_texts([dumps(p) for p in payloads], [W] * len(payloads))
         assert [codec.decode_payload(text, W) for text in encoded] == payloads
+
+
+@pytest.mark.parametrize("through", ["libsodium", "bindings"])
+def test_unsealing_opens_what_was_sealed_and_refuses_an_altered_envelope(
+    through: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(secretbox_open, "_found", {})  # probed afresh, for this test only
+    if through == "bindings":  # the unsealing accelerator off: pynacl's public binding
+        monkeypatch.setenv(PORTABLE_ENV, "1")
+    else:
+        monkeypatch.delenv(PORTABLE_ENV, raising=False)
+    assert (secretbox_open() is None) == (through == "bindings")
+    box = sealer(k1=b"1" * 32)
+    texts = ["", "same", '{"a":1}', "\u00e9" * 5000]
+    assert [box.unseal(envelope) for envelope in box.seal_many(texts)] == texts
+    assert box.unseal(box.seal("one")) == "one"
+    head, body = box.seal("secret").rsplit(":", 1)
+    raw = bytearray(base64.b64decode(body))
+    for at in (0, 24, len(raw) - 1):  # the nonce, the MAC, the ciphertext
+        altered = bytearray(raw)
+        altered[at] ^= 1
+        with pytest.raises(QueueError) as refused:
+            box.unseal(f"{head}:{base64.b64encode(bytes(altered)).decode()}")
+        assert "failed authentication" in refused.value.message
+    with pytest.raises(QueueError):  # shorter than a MAC
+        box.unseal(f"{head}:{base64.b64encode(raw[:30]).decode()}")
 
 
 def test_a_sealed_codec_seals_a_batch_with_a_sealer_that_seals_one_at_a_time() -> None:

@@ -48,7 +48,7 @@ _BLOCKED = textwrap.dedent(
 
     import blamequeue_redis
     from blamequeue import Queue
-    from blamequeue._accelerators import json_encoder, secretbox_batch
+    from blamequeue._accelerators import json_encoder, secretbox_batch, secretbox_open
     from blamequeue._codec import _ENCODER
     from blamequeue_redis._accelerators import stream_takeover
 
@@ -66,7 +66,8 @@ _BLOCKED = textwrap.dedent(
             result = await queue.tick("q", handle)
             assert (result.leased, sorted(seen)) == (3, [0, 1, 2]), (result, seen)
             assert await queue.tick("q", handle) is not None
-        assert secretbox_batch() is None and json_encoder(_ENCODER) is None
+        assert secretbox_batch() is None and secretbox_open() is None
+        assert json_encoder(_ENCODER) is None
         found = stream_takeover._found
         print("takeover", bool(found) and None not in found.values())
         print("asked", sorted(set(asked)))
@@ -117,7 +118,7 @@ def test_importing_blamequeue_redis_probes_nothing_and_imports_no_private_module
         ours = {name for name in sys.modules if name.startswith(("redis._", "nacl._"))}
         assert ours == theirs, ours - theirs
         probed = [redis_acc.stream_takeover, redis_acc.loop_idle, core_acc.json_encoder,
-                  core_acc.secretbox_batch]
+                  core_acc.secretbox_batch, core_acc.secretbox_open]
         assert not any(acc._found for acc in probed), [acc.name for acc in probed if acc._found]
         """
     )

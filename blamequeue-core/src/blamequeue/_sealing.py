@@ -51,7 +51,13 @@ import nacl.bindings
 import nacl.exceptions
 import nacl.secret
 
-from ._accelerators import secretbox_batch, secretbox_batch_portable
+from ._accelerators import (
+    SecretboxOpen,
+    secretbox_batch,
+    secretbox_batch_portable,
+    secretbox_open,
+    secretbox_open_portable,
+)
 from ._codec import Codec, JsonCodec, SealedCodec, Sealer
 from ._environment import parse_seal_keys
 from .abc import Backend
@@ -78,7 +84,6 @@ DEFAULT_SEALER = "secretbox"
 KEY_BYTES = nacl.secret.SecretBox.KEY_SIZE  # 32
 _NONCE_BYTES = nacl.secret.SecretBox.NONCE_SIZE  # 24: random nonces never repeat in practice
 _secretbox_easy = nacl.bindings.crypto_secretbox_easy
-_secretbox_open_easy = nacl.bindings.crypto_secretbox_open_easy
 ENV_VAR = "BLAMEQUEUE_SEAL_KEYS"
 _KID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
 _SEAL_OPTIONS = frozenset({"keys", "sealer", "accept_unsealed", "accept_unbound"})
@@ -119,6 +124,7 @@ class SecretBoxSealer:
         self._writer_key = bytes(keys[writer])
         self._head = f"{ENVELOPE_VERSION}:{writer}:"
         self.key_ids = tuple(self._keys)
+        self._open: SecretboxOpen | None = None  # the unsealing path, picked at first use
 
     def __repr__(self) -> str:  # never the keys
         return f"SecretBoxSealer(key_ids={self.key_ids!r})"
@@ -140,6 +146,12 @@ class SecretBoxSealer:
             head + b2a(sealed, newline=False).decode("ascii")
             for sealed in seal_all(self._writer_key, nonces, messages)
         ]
+
+    def _pick_opener(self) -> SecretboxOpen:
+        """The unsealing accelerator (:func:`~blamequeue._accelerators.secretbox_open`) when it
+        fits the installed pynacl, else pynacl's public binding: the same texts."""
+        self._open = secretbox_open() or secretbox_open_portable
+        return self._open
 
     def unseal(self, envelope: str) -> str:
         version, _, rest = envelope.partition(":")
@@ -167,7 +179,8 @@ class SecretBoxSealer:
         try:
             sealed = binascii.a2b_base64(body, strict_mode=True)
             nonce, box = sealed[:_NONCE_BYTES], sealed[_NONCE_BYTES:]
-            return _secretbox_open_easy(box, nonce, key).decode("utf-8")
+            opener = self._open or self._pick_opener()
+            return opener(box, nonce, key).decode("utf-8")
         except (binascii.Error, ValueError, nacl.exceptions.CryptoError) as exc:
             raise _unseal_error(
                 f"the stored value sealed with key id {kid!r} failed authentication: it was "
