@@ -16,20 +16,8 @@ from blamequeue.errors import QueueError
 
 __all__ = ["map_store_error"]
 
-# Primary result codes (the low byte of an extended code), from sqlite3.h.
-_BUSY: Final = 5
-_LOCKED: Final = 6
-_NOMEM: Final = 7
-_READONLY: Final = 8
-_IOERR: Final = 10
-_CORRUPT: Final = 11
-_FULL: Final = 13
-_CANTOPEN: Final = 14
-_PERM: Final = 3
-_NOTADB: Final = 26
-
-
 def _primary_code(exc: BaseException) -> int | None:
+    """The primary result code (the low byte of the extended one), one of ``sqlite3.SQLITE_*``."""
     code = getattr(exc, "sqlite_errorcode", None)
     return code & 0xFF if isinstance(code, int) else None
 
@@ -54,22 +42,22 @@ def _misuse(word: str) -> Callable[[BaseException], bool]:
 # Result codes of a database file a person must fix (not retried), and what to do.
 _NEEDS_A_PERSON: Final = (
     (
-        (_FULL,),
+        (sqlite3.SQLITE_FULL,),
         "{where}: the disk is full ({text}); free space on that volume (nothing of this call "
         "was written), then the queue resumes",
     ),
     (
-        (_READONLY, _PERM),
+        (sqlite3.SQLITE_READONLY, sqlite3.SQLITE_PERM),
         "{where}: the database is read-only ({text}); make the file and its directory writable "
         "by this process (SQLite also creates -wal and -shm files beside it)",
     ),
     (
-        (_CORRUPT, _NOTADB),
+        (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB),
         "{where}: the database file is corrupt or not a SQLite database ({text}); restore it "
         "from a backup (sqlite3's .recover may salvage rows) or point 'path' elsewhere",
     ),
     (
-        (_CANTOPEN,),
+        (sqlite3.SQLITE_CANTOPEN,),
         "{where}: SQLite cannot open the database file ({text}); check that its directory "
         "exists and is writable",
     ),
@@ -95,7 +83,7 @@ _ERRORS: Final = ErrorMap(
         "stay open while the queue runs (reopen the queue after reopening it)",
     ),
     ErrorRule(
-        when=_sqlite(_BUSY, _LOCKED, words=("locked", "busy")),
+        when=_sqlite(sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, words=("locked", "busy")),
         retryable=True,
         message="{where}: the database is busy (another connection held its lock past "
         "busy_timeout): {text}; the call will be retried. If this persists, look for a long "
@@ -103,7 +91,7 @@ _ERRORS: Final = ErrorMap(
     ),
     *(ErrorRule(when=_sqlite(*codes), message=message) for codes, message in _NEEDS_A_PERSON),
     ErrorRule(
-        when=_sqlite(_IOERR, _NOMEM),
+        when=_sqlite(sqlite3.SQLITE_IOERR, sqlite3.SQLITE_NOMEM),
         retryable=True,
         message="{where}: SQLite reported a temporary failure ({text}); the call will be "
         "retried. If this persists, check the disk and the system logs",
