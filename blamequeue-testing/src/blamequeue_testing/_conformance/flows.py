@@ -26,6 +26,11 @@ async def _run(conformance: Conformance, handler: Any = succeed, max: int = 100)
     return result.leased
 
 
+async def _flow(conformance: Conformance, children: Any) -> FlowResult:
+    """Register ``children`` as one flow on the test's queue."""
+    return await conformance.queue.enqueue_flow(conformance.name, children)
+
+
 def fetch_then_parse() -> list[FlowChild]:
     """Two children: ``fetch``, and ``parse``, which depends on it (payloads: their names)."""
     return [
@@ -39,8 +44,7 @@ class TestFlows:
     async def test_child_waits_parked_until_its_dependency_is_done(
         self, conformance: Conformance
     ) -> None:
-        q, name = conformance.queue, conformance.name
-        await q.enqueue_flow(name, fetch_then_parse())
+        await _flow(conformance, fetch_then_parse())
         record = Recorder()
         assert await _run(conformance, record) == 1
         assert record.seen == ["fetch"]
@@ -52,9 +56,8 @@ class TestFlows:
     async def test_parked_child_is_never_leased_while_its_dependency_is_pending(
         self, conformance: Conformance
     ) -> None:
-        q, name = conformance.queue, conformance.name
-        await q.enqueue_flow(
-            name,
+        await _flow(
+            conformance,
             [
                 FlowChild(name="first", payload=1, priority=-5),
                 FlowChild(name="second", payload=2, depends_on=["first"], priority=100),
@@ -65,9 +68,8 @@ class TestFlows:
         assert record.seen == [1]  # the higher priority of the parked child does not matter
 
     async def test_child_waits_for_every_dependency(self, conformance: Conformance) -> None:
-        q, name = conformance.queue, conformance.name
-        await q.enqueue_flow(
-            name,
+        await _flow(
+            conformance,
             [
                 {"name": "a", "payload": "a"},
                 {"name": "b", "payload": "b"},
@@ -85,9 +87,8 @@ class TestFlows:
     async def test_released_child_is_due_at_the_completion_of_its_last_dependency(
         self, conformance: Conformance
     ) -> None:
-        q, name = conformance.queue, conformance.name
-        await q.enqueue_flow(
-            name, [{"name": "a"}, {"name": "b", "payload": "b", "depends_on": ["a"]}]
+        await _flow(
+            conformance, [{"name": "a"}, {"name": "b", "payload": "b", "depends_on": ["a"]}]
         )
         conformance.advance(42)
         completed_at = conformance.now()
@@ -101,9 +102,8 @@ class TestFlows:
     async def test_diamond_runs_the_join_once_after_both_branches(
         self, conformance: Conformance
     ) -> None:
-        q, name = conformance.queue, conformance.name
-        await q.enqueue_flow(
-            name,
+        await _flow(
+            conformance,
             [
                 FlowChild(name="root", payload="root"),
                 FlowChild(name="left", payload="left", depends_on=("root",)),
@@ -119,13 +119,12 @@ class TestFlows:
         assert record.seen == ["root", "left", "right", "join"]
 
     async def test_deep_chain_runs_in_dependency_order(self, conformance: Conformance) -> None:
-        q, name = conformance.queue, conformance.name
         # Declared out of order: dependencies may name siblings declared later.
         children = [
             FlowChild(name=f"step{n}", payload=n, depends_on=[f"step{n - 1}"] if n else [])
             for n in reversed(range(5))
         ]
-        await q.enqueue_flow(name, children)
+        await _flow(conformance, children)
         record = Recorder()
         for _ in range(5):
             assert await _run(conformance, record) == 1
@@ -134,9 +133,8 @@ class TestFlows:
     async def test_flow_result_lists_children_in_declaration_order(
         self, conformance: Conformance
     ) -> None:
-        q, name = conformance.queue, conformance.name
-        result = await q.enqueue_flow(
-            name,
+        result = await _flow(
+            conformance,
             [
                 FlowChild(name="z", payload=1),
                 {"name": "a", "payload": 2, "depends_on": ["z"]},
@@ -156,15 +154,13 @@ class TestFlows:
         assert {job.flow_id for job in record.jobs} == {result.flow_id}
 
     async def test_each_flow_gets_its_own_id(self, conformance: Conformance) -> None:
-        q, name = conformance.queue, conformance.name
-        first = await q.enqueue_flow(name, [{"name": "a"}])
-        second = await q.enqueue_flow(name, [{"name": "a"}])
+        first = await _flow(conformance, [{"name": "a"}])
+        second = await _flow(conformance, [{"name": "a"}])
         assert first.flow_id != second.flow_id
 
     async def test_children_keep_their_own_options(self, conformance: Conformance) -> None:
-        q, name = conformance.queue, conformance.name
-        await q.enqueue_flow(
-            name,
+        await _flow(
+            conformance,
             [
                 FlowChild(
                     name="a",
@@ -189,9 +185,8 @@ class TestFlows:
         assert (b.payload, b.max_attempts, b.trace_id) == ({"n": 2}, 5, "trace-b")
 
     async def test_due_children_follow_priority(self, conformance: Conformance) -> None:
-        q, name = conformance.queue, conformance.name
-        await q.enqueue_flow(
-            name,
+        await _flow(
+            conformance,
             [
                 FlowChild(name="root", payload="root"),
                 FlowChild(name="low", payload="low", depends_on=["root"], priority=1),
@@ -205,8 +200,8 @@ class TestFlows:
 
     async def test_child_waits_while_its_dependency_retries(self, conformance: Conformance) -> None:
         q, name = conformance.queue, conformance.name
-        await q.enqueue_flow(
-            name,
+        await _flow(
+            conformance,
             [
                 {"name": "flaky", "payload": "flaky"},
                 {"name": "next", "payload": "next", "depends_on": ["flaky"]},
@@ -225,8 +220,8 @@ class TestFlows:
     ) -> None:
         conformance.require("dlq", "the dependency cannot be dead-lettered and retried")
         q, name = conformance.queue, conformance.name
-        result = await q.enqueue_flow(
-            name,
+        result = await _flow(
+            conformance,
             [
                 FlowChild(name="charge", payload="charge", max_attempts=1),
                 FlowChild(name="ship", payload="ship", depends_on=["charge"]),
@@ -278,9 +273,8 @@ class TestFlows:
 
     # -- size, purge ---------------------------------------------------------------------------
     async def test_size_counts_parked_children(self, conformance: Conformance) -> None:
-        q, name = conformance.queue, conformance.name
-        await q.enqueue_flow(
-            name,
+        await _flow(
+            conformance,
             [
                 {"name": "a"},
                 {"name": "b", "depends_on": ["a"]},
@@ -293,7 +287,7 @@ class TestFlows:
 
     async def test_purge_deletes_parked_children(self, conformance: Conformance) -> None:
         q, name = conformance.queue, conformance.name
-        result = await q.enqueue_flow(name, [{"name": "a"}, {"name": "b", "depends_on": ["a"]}])
+        result = await _flow(conformance, [{"name": "a"}, {"name": "b", "depends_on": ["a"]}])
         assert await q.purge(name) == 2
         assert await conformance.size() == 0
         conformance.advance(3600)
@@ -303,7 +297,7 @@ class TestFlows:
     # -- flow_status ----------------------------------------------------------------------------
     async def test_flow_status_reports_each_child_by_name(self, conformance: Conformance) -> None:
         q, name = conformance.queue, conformance.name
-        result = await q.enqueue_flow(name, [{"name": "a"}, {"name": "b", "depends_on": ["a"]}])
+        result = await _flow(conformance, [{"name": "a"}, {"name": "b", "depends_on": ["a"]}])
         status = await q.flow_status(result.flow_id)
         assert status.flow_id == result.flow_id
         assert [(c.name, c.job_id, c.state) for c in status.children] == [
@@ -345,13 +339,12 @@ class TestFlows:
     async def test_registration_emits_one_flow_register_event(
         self, conformance: Conformance
     ) -> None:
-        q, name = conformance.queue, conformance.name
-        result = await q.enqueue_flow(
-            name,
+        result = await _flow(
+            conformance,
             [{"name": "a", "payload": {"card": SECRET}}, {"name": "b", "depends_on": ["a"]}],
         )
         [event] = conformance.audit.named("system.queue.flow.register")
-        assert (event.backend, event.queue) == (BACKEND, name)
+        assert (event.backend, event.queue) == (BACKEND, conformance.name)
         assert event.data == {"flow_id": result.flow_id, "jobs": 2}
         assert event.time == datetime.fromtimestamp(conformance.now(), UTC)
         assert SECRET not in repr(event)
