@@ -60,10 +60,9 @@ class TestOrdering:
     ) -> None:
         conformance.require("delay", "due times cannot be checked")
         conformance.require_virtual_time("due times are reached by moving the clock")
-        q, name = conformance.queue, conformance.name
-        await q.enqueue(name, "due third", delay=30)
-        await q.enqueue(name, "due second", delay=20)
-        await q.enqueue(name, "due first", delay=10)
+        await _delayed(conformance, "due third", 30)
+        await _delayed(conformance, "due second", 20)
+        await _delayed(conformance, "due first", 10)
         conformance.advance(60)
         assert await lease_order(conformance) == ["due first", "due second", "due third"]
 
