@@ -29,6 +29,13 @@ _TEN_MINUTES = 600.0
 _LEASE = 900.0
 
 
+async def _slow_job(conformance: Conformance, *, max_attempts: int) -> str:
+    """Enqueue a job with a ten-minute timeout and ``max_attempts`` on the test's queue; its id."""
+    return await conformance.queue.enqueue(
+        conformance.name, "slow", timeout=_TEN_MINUTES, max_attempts=max_attempts
+    )
+
+
 async def _tick_past_timeout(
     conformance: Conformance,
     handler: Any,
@@ -59,7 +66,7 @@ class TestTimeouts:
     ) -> None:
         conformance.require("dlq", "the timed-out job is read back from the dead-letter queue")
         q, name = conformance.queue, conformance.name
-        job_id = await q.enqueue(name, "slow", timeout=_TEN_MINUTES, max_attempts=1)
+        job_id = await _slow_job(conformance, max_attempts=1)
         handler = Hanging()
         result = await _tick_past_timeout(
             conformance, handler, handler.started.is_set, _TEN_MINUTES
@@ -76,7 +83,7 @@ class TestTimeouts:
         self, conformance: Conformance
     ) -> None:
         q, name = conformance.queue, conformance.name
-        await q.enqueue(name, "slow", timeout=_TEN_MINUTES, max_attempts=3)
+        await _slow_job(conformance, max_attempts=3)
         handler = Hanging()
         result = await _tick_past_timeout(
             conformance, handler, handler.started.is_set, _TEN_MINUTES
@@ -103,7 +110,7 @@ class TestTimeouts:
 
     async def test_timeout_is_measured_on_the_queue_clock(self, conformance: Conformance) -> None:
         q, name = conformance.queue, conformance.name
-        await q.enqueue(name, "slow", timeout=_TEN_MINUTES, max_attempts=1)
+        await _slow_job(conformance, max_attempts=1)
         handler = Hanging()
         results: list[TickResult] = []
 
@@ -124,7 +131,7 @@ class TestTimeouts:
 
     async def test_consumer_enforces_timeout(self, conformance: Conformance) -> None:
         q, name = conformance.queue, conformance.name
-        await q.enqueue(name, "slow", timeout=_TEN_MINUTES, max_attempts=1)
+        await _slow_job(conformance, max_attempts=1)
         handler = Hanging()
         consumer = await q.consume(name, handler, lease=_LEASE, poll_interval=0.05)
         await wait_for(handler.started, "the handler to start")
