@@ -14,7 +14,7 @@ from typing import Any
 import anyio
 import pytest
 
-from blamequeue import Job, JobContext
+from blamequeue import Consumer, Job, JobContext
 
 from .fixtures import Conformance, succeed, wait_for, wait_until
 from .flows import fetch_then_parse
@@ -25,6 +25,17 @@ from .running import Hanging, dead_job, done_job, stop
 __all__ = ["TestCancel", "TestCancelRunning", "TestWithoutCancel"]
 
 _LEASE = 30.0
+
+
+async def _running(conformance: Conformance, **options: Any) -> tuple[str, Hanging, Consumer]:
+    """A job of the test's queue running in a consumer (lease :data:`_LEASE`, ``options`` as
+    for ``Queue.consume``) under a handler that hangs until released; the job's id, the
+    handler and the consumer."""
+    job_id = await conformance.queue.enqueue(conformance.name, "x")
+    handler = Hanging()
+    consumer = await conformance.queue.consume(conformance.name, handler, lease=_LEASE, **options)
+    await wait_for(handler.started, "the handler to start")
+    return job_id, handler, consumer
 
 
 async def _state(conformance: Conformance, job_id: str) -> str | None:
@@ -147,11 +158,8 @@ class TestCancel:
         self, conformance: Conformance
     ) -> None:
         conformance.require_virtual_leases()
-        q, name = conformance.queue, conformance.name
-        job_id = await q.enqueue(name, "x")
-        handler = Hanging()
-        consumer = await q.consume(name, handler, lease=_LEASE, heartbeat=False)
-        await wait_for(handler.started, "the handler to start")
+        q = conformance.queue
+        job_id, handler, consumer = await _running(conformance, heartbeat=False)
         assert await q.cancel(job_id) is True
         conformance.advance(_LEASE + 1)
         assert await q.sweep() == 0
@@ -217,11 +225,8 @@ class TestCancelRunning:
     async def test_cancel_stops_a_running_handler_at_the_next_heartbeat(
         self, conformance: Conformance
     ) -> None:
-        q, name = conformance.queue, conformance.name
-        job_id = await q.enqueue(name, "x")
-        handler = Hanging()
-        consumer = await q.consume(name, handler, lease=_LEASE, poll_interval=0.05)
-        await wait_for(handler.started, "the handler to start")
+        q = conformance.queue
+        job_id, handler, consumer = await _running(conformance, poll_interval=0.05)
         assert await q.cancel(job_id) is True
         assert await _state(conformance, job_id) in ("cancelled", None)  # at once
         assert not handler.cancelled
