@@ -14,6 +14,7 @@ import pytest
 
 from blamequeue import Queue, QueueError
 
+from .cases import each
 from .fixtures import Conformance, succeed
 from .refusals import refused, refused_at_once
 
@@ -146,33 +147,31 @@ async def _one_job_left_untouched(conformance: Conformance) -> AsyncIterator[tup
 
 @pytest.mark.anyio
 class TestBadInput:
-    @pytest.mark.parametrize("payload", list(_BAD_PAYLOADS), ids=list(_BAD_PAYLOADS))
+    @each("payload", _BAD_PAYLOADS)
     async def test_non_json_payload_is_refused_and_nothing_stored(
-        self, conformance: Conformance, payload: str
+        self, conformance: Conformance, payload: Callable[[], Any]
     ) -> None:
         q, name = conformance.queue, conformance.name
         await q.enqueue(name, "already there")
-        bad = _BAD_PAYLOADS[payload]()
+        bad = payload()
         await _refused(q.enqueue(name, bad), "queue/bad-payload")
         await _refused(q.enqueue_many(name, ["fine", bad]), "queue/bad-payload")
         assert await conformance.size() == 1
 
-    @pytest.mark.parametrize("option", list(_BAD_ENQUEUE_OPTIONS), ids=list(_BAD_ENQUEUE_OPTIONS))
+    @each("kwargs", _BAD_ENQUEUE_OPTIONS)
     async def test_bad_enqueue_argument_is_refused_and_nothing_stored(
-        self, conformance: Conformance, option: str
+        self, conformance: Conformance, kwargs: dict[str, Any]
     ) -> None:
         q, name = conformance.queue, conformance.name
-        kwargs = _BAD_ENQUEUE_OPTIONS[option]
         await _refused(q.enqueue(name, "x", **kwargs), "queue/bad-argument")
         await _refused(q.enqueue_many(name, ["x", "y"], **kwargs), "queue/bad-argument")
         assert await conformance.size() == 0
 
-    @pytest.mark.parametrize("queue_name", list(_BAD_QUEUE_NAMES), ids=list(_BAD_QUEUE_NAMES))
+    @each("bad", _BAD_QUEUE_NAMES)
     async def test_bad_queue_name_is_refused_and_nothing_stored(
-        self, conformance: Conformance, queue_name: str
+        self, conformance: Conformance, bad: Any
     ) -> None:
         q = conformance.queue
-        bad = _BAD_QUEUE_NAMES[queue_name]
         await _refused(q.enqueue(bad, "x"), "queue/bad-argument")
         await _refused(q.enqueue_many(bad, ["x"]), "queue/bad-argument")
         await _refused(q.size(bad), "queue/bad-argument")
@@ -188,11 +187,10 @@ class TestBadInput:
             await _refused(q.enqueue_many(name, payloads), "queue/bad-argument")  # type: ignore[arg-type]
         assert await conformance.size() == 0
 
-    @pytest.mark.parametrize("case", list(_BAD_RUN_OPTIONS), ids=list(_BAD_RUN_OPTIONS))
+    @each("call, options", _BAD_RUN_OPTIONS)
     async def test_bad_consume_or_tick_argument_is_refused_and_nothing_leased(
-        self, conformance: Conformance, case: str
+        self, conformance: Conformance, call: str, options: dict[str, Any]
     ) -> None:
-        call, options = _BAD_RUN_OPTIONS[case]
         async with _one_job_left_untouched(conformance) as (q, name):
             run = q.consume if call == "consume" else q.tick
             await _refused(run(name, succeed, **options), "queue/bad-argument")
@@ -212,31 +210,31 @@ class TestBadInput:
 
 @pytest.mark.anyio
 class TestLifecycleErrors:
-    @pytest.mark.parametrize("call", list(_NOT_STARTED_CALLS), ids=list(_NOT_STARTED_CALLS))
+    @each("call", _NOT_STARTED_CALLS)
     async def test_calls_before_start_raise_not_initialized(
-        self, conformance: Conformance, call: str
+        self, conformance: Conformance, call: _Call
     ) -> None:
         queue = conformance.factory.build()
-        await _refused(_NOT_STARTED_CALLS[call](queue, conformance.name), "queue/not-initialized")
+        await _refused(call(queue, conformance.name), "queue/not-initialized")
 
     async def test_list_backends_before_start_raises_not_initialized(
         self, conformance: Conformance
     ) -> None:
         refused_at_once("queue/not-initialized", conformance.factory.build().list_backends)
 
-    @pytest.mark.parametrize("call", list(_NOT_STARTED_CALLS), ids=list(_NOT_STARTED_CALLS))
+    @each("call", _NOT_STARTED_CALLS)
     async def test_calls_after_shutdown_raise_not_initialized(
-        self, conformance: Conformance, call: str
+        self, conformance: Conformance, call: _Call
     ) -> None:
         queue = conformance.factory.build()
         await queue.start()
         await queue.shutdown()
-        await _refused(_NOT_STARTED_CALLS[call](queue, conformance.name), "queue/not-initialized")
+        await _refused(call(queue, conformance.name), "queue/not-initialized")
 
-    @pytest.mark.parametrize("call", list(_UNKNOWN_BACKEND_CALLS), ids=list(_UNKNOWN_BACKEND_CALLS))
+    @each("call", _UNKNOWN_BACKEND_CALLS)
     async def test_unknown_backend_name_raises_unknown_backend(
-        self, conformance: Conformance, call: str
+        self, conformance: Conformance, call: _Call
     ) -> None:
         q, name = conformance.queue, conformance.name
-        await _refused(_UNKNOWN_BACKEND_CALLS[call](q, name), "queue/unknown-backend")
+        await _refused(call(q, name), "queue/unknown-backend")
         assert await conformance.size() == 0

@@ -11,6 +11,7 @@ import pytest
 
 from blamequeue import Job, JobContext, QueueError
 
+from .cases import each
 from .fixtures import Conformance, wait_until
 from .running import Recorder, stop
 
@@ -73,12 +74,11 @@ class TestHandlers:
         assert seen["progress"] is False
         assert seen["expires"].tzinfo is not None
 
-    @pytest.mark.parametrize("case", list(_FAILING_HANDLERS), ids=list(_FAILING_HANDLERS))
+    @each("handler, error_says", _FAILING_HANDLERS)
     async def test_a_raising_handler_fails_the_attempt(
-        self, conformance: Conformance, case: str
+        self, conformance: Conformance, handler: Callable[[Job, Any], object], error_says: list[str]
     ) -> None:
         conformance.require_virtual_time("the retry is reached by moving the clock")
-        handler, error_says = _FAILING_HANDLERS[case]
         q, name = conformance.queue, conformance.name
         await q.enqueue(name, "x", max_attempts=2)
         result = await q.tick(name, handler)

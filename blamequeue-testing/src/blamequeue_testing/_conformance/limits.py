@@ -264,7 +264,7 @@ class TestLimitArguments:
 
 @pytest.mark.anyio
 class TestWithoutLimits:
-    @pytest.mark.parametrize("capability", list(_CALLS_NEEDING), ids=list(_CALLS_NEEDING))
+    @pytest.mark.parametrize("capability", list(_CALLS_NEEDING))
     async def test_a_limit_the_backend_cannot_enforce_is_refused(
         self, conformance: Conformance, capability: str
     ) -> None:
