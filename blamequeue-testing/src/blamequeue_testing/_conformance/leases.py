@@ -24,13 +24,21 @@ __all__ = ["TestExtendLease", "TestHeartbeat", "TestLeaseFence", "TestSweep"]
 LEASE = 10.0
 
 
+async def _tick_one_job(
+    conformance: Conformance, handler: Any, payload: object = "x", **options: Any
+) -> TickResult:
+    """Enqueue one job on the test's queue (``options`` as for ``Queue.enqueue``) and run it
+    in a tick under a :data:`LEASE`-second lease; the tick's result."""
+    await conformance.queue.enqueue(conformance.name, payload, **options)
+    return await conformance.queue.tick(conformance.name, handler, lease=LEASE)
+
+
 @requires_virtual_leases
 class TestLeaseFence:
     async def test_handler_that_outlives_its_lease_ends_stale(
         self, conformance: Conformance
     ) -> None:
         q, name = conformance.queue, conformance.name
-        await q.enqueue(name, "slow")
         runs: list[tuple[str, int]] = []
         seen: dict[str, Any] = {}
 
@@ -43,7 +51,7 @@ class TestLeaseFence:
             seen["swept"] = await q.sweep()  # ... the job is recovered ...
             seen["second"] = await q.tick(name, again, lease=LEASE)  # ... and run elsewhere
 
-        result = await q.tick(name, slow, lease=LEASE)
+        result = await _tick_one_job(conformance, slow, "slow")
         assert seen["swept"] == 1
         assert seen["second"].succeeded == 1
         assert runs == [("first worker", 1), ("second worker", 2)]
@@ -133,7 +141,6 @@ class TestLeaseFence:
 class TestSweep:
     async def test_sweep_repends_expired_lease_due_at_once(self, conformance: Conformance) -> None:
         q, name = conformance.queue, conformance.name
-        await q.enqueue(name, "x", max_attempts=3)
         seen: dict[str, Any] = {}
 
         async def rerun(job: Job, ctx: JobContext) -> None:
@@ -145,7 +152,7 @@ class TestSweep:
             seen["size"] = await q.size(name)
             seen["rerun"] = await q.tick(name, rerun)  # no clock advance: due at once
 
-        await q.tick(name, stuck, lease=LEASE)
+        await _tick_one_job(conformance, stuck, max_attempts=3)
         assert seen["swept"] == 1
         assert seen["size"] == 1
         assert seen["rerun"].leased == 1
@@ -153,7 +160,6 @@ class TestSweep:
 
     async def test_sweep_leaves_unexpired_lease_alone(self, conformance: Conformance) -> None:
         q, name = conformance.queue, conformance.name
-        await q.enqueue(name, "x")
         seen: dict[str, Any] = {}
 
         async def slowish(job: Job, ctx: JobContext) -> None:
@@ -161,20 +167,19 @@ class TestSweep:
             seen["swept"] = await q.sweep()
             seen["leasable"] = (await q.tick(name, succeed)).leased
 
-        result = await q.tick(name, slowish, lease=LEASE)
+        result = await _tick_one_job(conformance, slowish)
         assert seen == {"swept": 0, "leasable": 0}
         assert result.succeeded == 1
 
     async def test_lease_expires_at_its_deadline(self, conformance: Conformance) -> None:
-        q, name = conformance.queue, conformance.name
-        await q.enqueue(name, "x")
+        q = conformance.queue
         seen: dict[str, Any] = {}
 
         async def handler(job: Job, ctx: JobContext) -> None:
             conformance.advance_to(ctx.lease_expires_at.timestamp())
             seen["swept"] = await q.sweep()
 
-        result = await q.tick(name, handler, lease=LEASE)
+        result = await _tick_one_job(conformance, handler)
         assert seen["swept"] == 1
         assert result.stale == 1
 
@@ -323,7 +328,6 @@ class TestExtendLease:
         self, conformance: Conformance
     ) -> None:
         q, name = conformance.queue, conformance.name
-        await q.enqueue(name, "long")
         leased_at = conformance.now()
         seen: dict[str, Any] = {}
 
@@ -334,7 +338,7 @@ class TestExtendLease:
             seen["swept"] = await q.sweep()
             seen["leasable"] = (await q.tick(name, succeed)).leased
 
-        result = await q.tick(name, long, lease=LEASE)
+        result = await _tick_one_job(conformance, long, "long")
         assert seen["extended"] is True
         assert seen["expires"] == datetime.fromtimestamp(leased_at + LEASE + 30, UTC)
         assert (seen["swept"], seen["leasable"]) == (0, 0)
@@ -344,8 +348,7 @@ class TestExtendLease:
     async def test_extend_lease_after_losing_the_lease_returns_false(
         self, conformance: Conformance
     ) -> None:
-        q, name = conformance.queue, conformance.name
-        await q.enqueue(name, "late")
+        q = conformance.queue
         seen: dict[str, Any] = {}
 
         async def late(job: Job, ctx: JobContext) -> None:
@@ -353,7 +356,7 @@ class TestExtendLease:
             await q.sweep()
             seen["extended"] = await ctx.extend_lease(60)
 
-        result = await q.tick(name, late, lease=LEASE)
+        result = await _tick_one_job(conformance, late, "late")
         assert seen["extended"] is False
         assert result.stale == 1
         assert await conformance.leasable() == 1  # the sweep's re-pend stands
