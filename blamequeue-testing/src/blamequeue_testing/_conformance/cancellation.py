@@ -38,6 +38,15 @@ async def _running(conformance: Conformance, **options: Any) -> tuple[str, Hangi
     return job_id, handler, consumer
 
 
+async def _parked_flow(conformance: Conformance) -> tuple[str, str]:
+    """A :func:`fetch_then_parse` flow on the test's queue (the test skips on a backend
+    without flows); the ids of ``fetch`` and of ``parse``, parked behind it."""
+    conformance.require("flows", "parked flow children need flows")
+    flow = await conformance.queue.enqueue_flow(conformance.name, fetch_then_parse())
+    fetch, parse = (job.job_id for job in flow.jobs)
+    return fetch, parse
+
+
 async def _state(conformance: Conformance, job_id: str) -> str | None:
     if not conformance.capabilities.inspection:
         return None
@@ -193,10 +202,8 @@ class TestCancel:
             assert await q.job_info(job_id) is None
 
     async def test_cancel_parked_flow_child(self, conformance: Conformance) -> None:
-        conformance.require("flows", "parked flow children need flows")
         q, name = conformance.queue, conformance.name
-        flow = await q.enqueue_flow(name, fetch_then_parse())
-        parse = flow.jobs[1].job_id
+        _, parse = await _parked_flow(conformance)
         assert await q.cancel(parse) is True
         assert (await q.tick(name, succeed)).succeeded == 1  # fetch
         assert await conformance.leasable() == 0  # parse stays cancelled
@@ -205,10 +212,8 @@ class TestCancel:
     async def test_dependants_of_a_cancelled_job_stay_parked(
         self, conformance: Conformance
     ) -> None:
-        conformance.require("flows", "parked flow children need flows")
-        q, name = conformance.queue, conformance.name
-        flow = await q.enqueue_flow(name, fetch_then_parse())
-        fetch, parse = (job.job_id for job in flow.jobs)
+        q = conformance.queue
+        fetch, parse = await _parked_flow(conformance)
         assert await q.cancel(fetch) is True
         assert await conformance.leasable() == 0
         assert await conformance.size() == 1  # parse waits, as behind a dead dependency
