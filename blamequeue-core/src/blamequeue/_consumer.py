@@ -25,7 +25,7 @@ from ._models import RateLimit
 from ._pause import PAUSE_CHECK, is_paused
 from ._presence import Presence
 from ._runtime import BackendRuntime
-from .abc import Lease, LeaseLimits, OverlappedLease, WaitAndLease
+from .abc import Lease, LeaseLimits, NextDue, OverlappedLease, WaitAndLease
 from .errors import QueueError
 
 __all__ = ["Consumer", "ConsumerStats"]
@@ -272,7 +272,8 @@ class Consumer:
                 continue
             self._lease_errors = 0
             if not leases:
-                leases = await self._idle(wake, asked_at, self._empty_wait, self._wait_lease(limit))
+                wait = await self._until_due(asked_at)
+                leases = await self._idle(wake, asked_at, wait, self._wait_lease(limit))
                 if not leases:
                     continue
             self._start(leases)
@@ -289,6 +290,28 @@ class Consumer:
                 await anyio.lowlevel.checkpoint()
             # Else ask for the next half before the handlers of this one start: the lease's
             # round trip overlaps their run.
+
+    async def _until_due(self, asked_at: float) -> float:
+        """How long an idle consumer waits after an empty lease asked at ``asked_at``: its poll
+        interval, or less when the backend tells (:class:`~blamequeue.abc.NextDue`) that a
+        delayed job or a retry is due sooner, so it starts on time (SPEC §3 item 13).  A job
+        due already was held back by a limit: the usual wait then, never a busy loop.  A
+        failed read only means the usual wait."""
+        wait = self._empty_wait
+        runtime = self._runtime
+        backend = runtime.backend
+        if not isinstance(backend, NextDue):
+            return wait
+        try:
+            due = await runtime.call(
+                "next_due", lambda: backend.next_due(self.queue_name, now=asked_at)
+            )
+        except QueueError as exc:
+            log.debug("next due time of %r on %r unknown: %r", self.queue_name, runtime.name, exc)
+            return wait
+        if due is not None and due > asked_at:
+            return min(wait, due - asked_at)
+        return wait
 
     def _lease_retry_delay(self) -> float:
         """How long to wait after a failed lease.  While the breaker is open: until it lets a

@@ -356,6 +356,9 @@ async def settle(
                 runtime.notify(a.job.queue)
             continue
         counts.failed += 1
+        if outcome == "retry":
+            # Its backoff may end before the idle consumers here would look again.
+            runtime.notify(a.job.queue)
         if outcome == "dead":
             counts.moved_to_dlq += 1
             await emit_dead(runtime, a.job, a.error)

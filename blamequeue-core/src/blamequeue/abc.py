@@ -100,6 +100,7 @@ __all__ = [
     "GroupLimits",
     "Inspection",
     "JobEvents",
+    "NextDue",
     "OverlappedLease",
     "RateLimits",
     "Records",
@@ -162,6 +163,7 @@ class Capabilities:
     * ``progress_events``: :class:`JobEvents`.
     * ``cancel``: :class:`Cancellation`.
     * ``cross_process_wakeup``: :class:`Wakeup`.
+    * ``next_due``: :class:`NextDue`.
     * ``wait_and_lease``: :class:`WaitAndLease` (speed only).
     * ``overlapped_lease``: :class:`OverlappedLease` (speed only).
 
@@ -181,6 +183,7 @@ class Capabilities:
     progress_events: bool = False
     cancel: bool = False
     cross_process_wakeup: bool = False
+    next_due: bool = False
     wait_and_lease: bool = False
     overlapped_lease: bool = False
     priority: bool = True
@@ -215,8 +218,8 @@ class Backend(abc.ABC):
     inherit the optional facets (:class:`DeadLetters`, :class:`Flows`, :class:`Records`,
     :class:`Uniqueness`, :class:`RateLimits`, :class:`GroupLimits`, :class:`Inspection`,
     :class:`Results`, :class:`JobEvents`, :class:`Cancellation`, :class:`Wakeup`,
-    :class:`WaitAndLease`, :class:`OverlappedLease`) your store can hold: each adds its
-    methods, and :attr:`capabilities` follows from the facets a class inherits.
+    :class:`NextDue`, :class:`WaitAndLease`, :class:`OverlappedLease`) your store can hold:
+    each adds its methods, and :attr:`capabilities` follows from the facets a class inherits.
 
     Construction takes no I/O: validate ``options`` and raise
     :class:`~blamequeue.errors.ConfigError` (``queue/invalid-config``) for anything wrong,
@@ -767,6 +770,23 @@ class Wakeup(Backend):
         """
 
 
+class NextDue(Backend):
+    """Facet: when a queue's next job is due, so an idle consumer's wait ends at the earliest
+    delayed job or backoff retry instead of at its next poll (SPEC §3 item 13).  Without it a
+    delayed job starts at the first poll after it is due (``poll_interval``)."""
+
+    capability = "next_due"
+
+    @abc.abstractmethod
+    async def next_due(self, queue: str, *, now: float) -> float | None:
+        """The earliest ``available_at`` among the ``pending`` jobs of ``queue``, or ``None``
+        when it has none.  ``now`` is the caller's clock: a value at or before it means a job
+        is due already (the core then keeps its usual wait, as a job it could not lease is held
+        back by a limit).  Asked by an idle consumer after each empty lease, so it must cost
+        one cheap read (an index seek), never a walk through the backlog.
+        """
+
+
 class WaitAndLease(Wakeup):
     """Facet (speed only): an idle consumer's wait and its lease in one exchange with the
     store.  Without it the core calls :meth:`Backend.wait_for_work`, then :meth:`Backend.lease`.
@@ -816,6 +836,7 @@ FACETS: tuple[type[Backend], ...] = (
     JobEvents,
     Cancellation,
     Wakeup,
+    NextDue,
     WaitAndLease,
     OverlappedLease,
 )

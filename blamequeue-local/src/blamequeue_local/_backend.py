@@ -38,6 +38,7 @@ from blamequeue.abc import (
     Lease,
     LeaseLimits,
     NewJob,
+    NextDue,
     QueueStats,
     RateLimits,
     Record,
@@ -169,6 +170,7 @@ class LocalBackend(
     Flows,
     GroupLimits,
     JobEvents,
+    NextDue,
     RateLimits,
     Records,
     Results,
@@ -533,6 +535,10 @@ class LocalBackend(
     # -- inspecting and operating ---------------------------------------------------------
     async def size(self, queue: str) -> int:
         return await self._count(self._sql.size, (queue,))
+
+    async def next_due(self, queue: str, *, now: float) -> float | None:
+        row = await self._one(self._sql.next_due, (queue,))
+        return None if row is None or row[0] is None else float(row[0])
 
     async def purge(self, queue: str) -> int:
         rows = await self._all(self._sql.purge, (queue,))

@@ -386,6 +386,21 @@ class Statements:
 
         self.size = f"SELECT count(*) FROM {t} WHERE queue = ?1 AND state IN {_LIVE}"
 
+        # The earliest available_at of a queue's pending jobs, in index seeks only (the lease
+        # index orders by priority first, so a plain MIN would read every pending row): walk
+        # the distinct priorities from the highest down, one seek each, and take the earliest
+        # job of each (one seek more).  A few priorities are in use, not thousands.
+        self.next_due = f"""
+            WITH RECURSIVE levels(priority) AS (
+                SELECT max(priority) FROM {t} WHERE queue = ?1 AND state = 'pending'
+                UNION ALL
+                SELECT (SELECT max(priority) FROM {t}
+                        WHERE queue = ?1 AND state = 'pending' AND priority < levels.priority)
+                FROM levels WHERE levels.priority IS NOT NULL)
+            SELECT min((SELECT min(available_at) FROM {t}
+                        WHERE queue = ?1 AND state = 'pending' AND priority = levels.priority))
+            FROM levels WHERE levels.priority IS NOT NULL"""
+
         # RETURNING one flag per deleted row: 1 for a live job, 0 for a retained done or
         # cancelled one.
         self.purge = f"""

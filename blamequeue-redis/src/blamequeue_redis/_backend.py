@@ -40,6 +40,7 @@ from blamequeue.abc import (
     Lease,
     LeaseLimits,
     NewJob,
+    NextDue,
     OverlappedLease,
     QueueStats,
     RateLimits,
@@ -87,6 +88,7 @@ from blamequeue_redis._scripts import (
     LEASE,
     LEASE_AFTER_WAIT,
     LIST_JOBS,
+    NEXT_DUE,
     PURGE,
     SCRIPTS,
     SETTLE,
@@ -275,6 +277,7 @@ class RedisBackend(
     Flows,
     GroupLimits,
     JobEvents,
+    NextDue,
     OverlappedLease,
     RateLimits,
     Records,
@@ -729,6 +732,10 @@ class RedisBackend(
     # -- inspecting and operating ---------------------------------------------------------
     async def size(self, queue: str) -> int:
         return int(await self._script(SIZE, queue, ()))
+
+    async def next_due(self, queue: str, *, now: float) -> float | None:
+        due = await self._script(NEXT_DUE, queue, (now,))
+        return None if due is None else float(due)
 
     async def purge(self, queue: str) -> int:
         return await self._delete_in_slices(PURGE, queue)

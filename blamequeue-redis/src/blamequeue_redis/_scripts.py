@@ -53,6 +53,7 @@ __all__ = [
     "LEASE",
     "LEASE_AFTER_WAIT",
     "LIST_JOBS",
+    "NEXT_DUE",
     "PURGE",
     "ROW_FIELDS",
     "SCRIPTS",
@@ -157,6 +158,7 @@ SETTLE: Final = _script("settle", read_lua("settle"))
 EXTEND: Final = _script("extend", read_lua("extend"))
 SWEEP: Final = _script("sweep", read_lua("sweep"))
 SIZE: Final = _script("size", read_lua("size"))
+NEXT_DUE: Final = _script("next_due", read_lua("next_due"))
 PURGE: Final = _script("purge", read_lua("purge"))
 DLQ_LIST: Final = _script("dlq_list", read_lua("dlq_list"))
 DLQ_RETRY: Final = _script("dlq_retry", read_lua("dlq_retry"))
@@ -182,6 +184,7 @@ SCRIPTS: Final = (
     EXTEND,
     SWEEP,
     SIZE,
+    NEXT_DUE,
     PURGE,
     DLQ_LIST,
     DLQ_RETRY,

@@ -95,6 +95,13 @@ class VirtualClock:
         self._drop_finished()
         return self._heap[0][0] if self._heap else None
 
+    @property
+    def deadlines(self) -> list[float]:
+        """The deadlines of the waiting sleepers, earliest first (a test can tell which wait a
+        task is in, not only the earliest of them all)."""
+        waiting = [entry for entry in self._heap if not entry[2].released.is_set()]
+        return sorted(deadline for deadline, _, _ in waiting)
+
     def advance(self, seconds: float) -> None:
         """Move time forward by ``seconds`` (``>= 0``) and wake the sleepers now due.
 

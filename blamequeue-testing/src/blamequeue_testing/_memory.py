@@ -51,6 +51,7 @@ from blamequeue.abc import (
     Lease,
     LeaseLimits,
     NewJob,
+    NextDue,
     OptionReader,
     QueueStats,
     RateLimits,
@@ -417,6 +418,7 @@ class MemoryBackend(
     Flows,
     GroupLimits,
     JobEvents,
+    NextDue,
     RateLimits,
     Records,
     Results,
@@ -516,6 +518,22 @@ class MemoryBackend(
                     continue
                 leases.append(store.take(index, row, token, expires_at))
             return leases
+
+    async def next_due(self, queue: str, *, now: float) -> float | None:
+        await anyio.lowlevel.checkpoint()
+        store = self._store
+        with store.lock:
+            index = store.queues.get(queue)
+            if index is None:
+                return None
+            store.promote(index, now)
+            for _, available_at, _, version, row in index.ready:
+                if row.version == version:
+                    return min(now, available_at)  # one is due (a limit held it back)
+            delayed = index.delayed
+            while delayed and delayed[0][3].version != delayed[0][2]:
+                heapq.heappop(delayed)  # left by a job that changed since it was delayed
+            return delayed[0][0] if delayed else None
 
     async def lease_limited(
         self, queue: str, *, limit: int, now: float, lease_seconds: float, limits: LeaseLimits

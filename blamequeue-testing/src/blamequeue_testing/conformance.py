@@ -75,6 +75,7 @@ from ._conformance.limits import (
     TestWithoutLimits,
 )
 from ._conformance.observability import TestHealth, TestMetrics, TestQueueStats
+from ._conformance.on_time import TestOnTime
 from ._conformance.ordering import TestDelay, TestOrdering
 from ._conformance.records import TestRecords, TestWithoutRecords
 from ._conformance.results import (
@@ -126,6 +127,7 @@ __all__ = [
     "TestLimitArguments",
     "TestListJobs",
     "TestMetrics",
+    "TestOnTime",
     "TestOrdering",
     "TestPause",
     "TestProgressEvents",
