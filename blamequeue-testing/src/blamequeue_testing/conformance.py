@@ -75,7 +75,7 @@ from ._conformance.limits import (
     TestWithoutLimits,
 )
 from ._conformance.observability import TestHealth, TestMetrics, TestQueueStats
-from ._conformance.on_time import TestOnTime
+from ._conformance.on_time import TestOnTime, TestOnTimeAcrossProcesses
 from ._conformance.ordering import TestDelay, TestOrdering
 from ._conformance.records import TestRecords, TestWithoutRecords
 from ._conformance.results import (
@@ -128,6 +128,7 @@ __all__ = [
     "TestListJobs",
     "TestMetrics",
     "TestOnTime",
+    "TestOnTimeAcrossProcesses",
     "TestOrdering",
     "TestPause",
     "TestProgressEvents",

@@ -88,6 +88,8 @@ end
 
 -- Pending jobs are filed in `ready` / `delayed` in bulk by flush().
 local ready_adds, delayed_adds = {}, {}
+-- Jobs this script filed as delayed (see signal()).
+local delayed_filed = 0
 
 local function make_ready(id, avail, prio, seq)
   local n = #ready_adds
@@ -105,6 +107,7 @@ local function pend(id, avail, prio, seq, now)
   local n = #delayed_adds
   delayed_adds[n + 1] = avail
   delayed_adds[n + 2] = id
+  delayed_filed = delayed_filed + 1
   return 0
 end
 
@@ -131,8 +134,11 @@ local function promote_due(now)
   flush()
 end
 
--- Wake up to `count` idle consumers (each BLPOPs one token).
+-- Wake up to `count` idle consumers (each BLPOPs one token).  A script that filed a delayed
+-- job wakes one even when nothing is due now: that consumer's wait then ends at the job's due
+-- time (next_due.lua) instead of at its next poll.
 local function signal(count)
+  if count <= 0 and delayed_filed > 0 then count = 1 end
   if count <= 0 then return end
   if count > WAKE_TOKENS then count = WAKE_TOKENS end
   local tokens = {}

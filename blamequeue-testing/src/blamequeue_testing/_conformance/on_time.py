@@ -18,7 +18,7 @@ from .fixtures import BACKEND, Conformance, wait_for, wait_until
 from .requirements import requires, requires_virtual_time
 from .running import stop
 
-__all__ = ["TestOnTime"]
+__all__ = ["TestOnTime", "TestOnTimeAcrossProcesses"]
 
 HOUR = 3600.0
 
@@ -120,3 +120,27 @@ class TestOnTime:
         await wait_until(lambda: consumer.stats.succeeded == 1, "the retry to start when due")
         await stop(consumer)
         assert runs == [(1, failed_at), (2, failed_at + 600)]
+
+
+@pytest.mark.anyio
+@requires("next_due", "the backend cannot tell when the next job is due")
+@requires("cross_process_wakeup", "the backend cannot hear another process enqueue")
+@requires_virtual_time("due times are reached by moving the clock")
+class TestOnTimeAcrossProcesses:
+    async def test_a_sooner_job_another_process_enqueues_shortens_the_wait(
+        self, conformance: Conformance
+    ) -> None:
+        q, name = conformance.queue, conformance.name
+        later = conformance.now() + 600
+        await q.enqueue(name, "in ten minutes", delay=600)
+        starts = _Starts(conformance)
+        consumer = await q.consume(name, starts, poll_interval=HOUR, heartbeat=False)
+        await _waits_until(conformance, later)
+        soon = conformance.now() + 30
+        async with conformance.factory.open() as producer:  # another process, as it were
+            await producer.enqueue(name, "in half a minute", delay=30)
+            await _waits_until(conformance, soon)
+        conformance.advance_to(soon)
+        await wait_for(starts.event, "the other process's job to start at its due time")
+        await stop(consumer)
+        assert starts.started == [("in half a minute", soon)]
