@@ -22,6 +22,7 @@ TOP_KEYS = {
     "enqueue_many",
     "processed",
     "latency",
+    "lateness",
     "backlog",
     "peak_rss_mib",
 }
@@ -44,6 +45,12 @@ def test_bench_json_on_memory_has_every_measurement(run_cli: RunCli) -> None:
     assert 0 < report["latency"]["p50_ms"] <= report["latency"]["p99_ms"]
     assert report["peak_rss_mib"] > 0
     assert report["backlog"] == []
+    # Delayed jobs and backoff retries, started after their due time (never before it).
+    lateness = report["lateness"]
+    assert set(lateness) == {"delayed", "retry"}
+    assert (lateness["delayed"]["samples"], lateness["retry"]["samples"]) == (30, 20)
+    for late in lateness.values():
+        assert 0 <= late["p50_ms"] <= late["p99_ms"] <= late["max_ms"]
 
 
 def test_bench_on_local_with_a_backlog_on_trio(run_cli: RunCli, tmp_path: Path) -> None:
@@ -74,6 +81,9 @@ def test_bench_on_local_with_a_backlog_on_trio(run_cli: RunCli, tmp_path: Path) 
     other = report["latency_other_process"]
     assert other["samples"] == 20
     assert 0 < other["p50_ms"] <= other["p99_ms"]
+    late = report["lateness"]["delayed_other_process"]
+    assert late["samples"] == 30
+    assert 0 <= late["p50_ms"] <= late["p99_ms"]
     assert db.exists()  # --path is kept
 
 
@@ -81,7 +91,8 @@ def test_bench_prints_a_table_for_people(run_cli: RunCli) -> None:
     result = run_cli("bench", "--backend", "memory", "--jobs", "200", "--samples", "10")
 
     assert result.returncode == 0, result.stderr
-    for metric in ("enqueue", "enqueue_many", "processed", "latency p50", "latency p99", "RSS"):
+    metrics = ("enqueue", "enqueue_many", "processed", "latency p50", "latency p99", "RSS")
+    for metric in (*metrics, "lateness, delayed jobs", "lateness, backoff retries"):
         assert metric in result.stdout
     assert "jobs/s" in result.stdout
 

@@ -26,6 +26,15 @@ from blamequeue._plugins import load_registry
 from blamequeue.errors import QueueError
 
 from ._config import new_database
+from ._lateness import (
+    DELAYED_JOBS,
+    LATE_QUEUE,
+    RETRIED_JOBS,
+    delayed_lateness,
+    delayed_lateness_elsewhere,
+    lateness_of,
+    retry_lateness,
+)
 from ._output import add_json_option
 from ._running import (
     EXIT_OK,
@@ -73,6 +82,10 @@ what is measured (in this one process unless said, on a fresh database unless --
   latency          enqueue -> handler start on an idle consumer, p50/p99 over --samples jobs
   latency, other process
                    the same with the consumer in a worker process of its own (local, redis)
+  lateness         handler start minus due time, p50/p99, on an idle consumer with the
+                   default poll_interval: 30 jobs delayed 0.1-0.6 s, 20 retries after a
+                   fixed 0.3 s backoff, and (local, redis) 30 delayed jobs run by a worker
+                   process of its own (not sqs, whose delays count whole seconds)
   backlog N        processed jobs/s over min(N, --jobs) jobs with N jobs pending
   peak RSS         the process's maximum resident memory
 Results vary with the machine; compare runs on the same one.  The bench writes to queues
@@ -154,6 +167,9 @@ class _Status:
         if self._term.tty:
             self._bar = self._term.progress(total, f"{label:<31}")
             self._bar.update(0, force=True)
+
+    def tick(self) -> None:
+        self.count += 1
 
     def end(self) -> None:
         if self._bar is not None:
@@ -240,10 +256,14 @@ def latency_worker(config_json: str, loop: str) -> None:
     async def started_at(job: Job, ctx: Any) -> float:
         return time.time()
 
+    async def late_by(job: Job, ctx: Any) -> float:
+        return lateness_of(job)
+
     async def main() -> None:
         queue = Queue(backends={"bench": json.loads(config_json)})
         async with queue:
             await queue.consume(_CROSS_QUEUE, started_at)
+            await queue.consume(LATE_QUEUE, late_by)
             print("ready", flush=True)
             await anyio.to_thread.run_sync(sys.stdin.read, abandon_on_cancel=True)
             await queue.shutdown()
@@ -251,10 +271,11 @@ def latency_worker(config_json: str, loop: str) -> None:
     run_on_loop(main, loop)
 
 
-async def _latency_from_another_process(
+async def _from_another_process(
     queue: Queue, config: dict[str, Any], loop: str, samples: int, status: _Status
-) -> list[float]:
-    """Seconds from enqueue here to handler start in a worker process, one idle job at a time."""
+) -> tuple[list[float], list[float]]:
+    """Seconds from enqueue here to handler start in a worker process, one idle job at a time;
+    then the lateness of delayed jobs enqueued here and run there."""
     command = [sys.executable, "-c", _LATENCY_WORKER, json.dumps(config), loop]
     async with await anyio.open_process(command) as worker:
         assert worker.stdin is not None
@@ -271,13 +292,15 @@ async def _latency_from_another_process(
                 status.count += 1
                 # Back to idle: the worker settles the job and blocks waiting for the next.
                 await anyio.sleep(0.005)
+            status.begin("lateness of delayed jobs, other process", DELAYED_JOBS)
+            late = await delayed_lateness_elsewhere(queue, status.tick)
         finally:
             await worker.stdin.aclose()
             with anyio.move_on_after(30) as waited:
                 await worker.wait()
             if waited.cancelled_caught:
                 worker.kill()
-    return results
+    return results, late
 
 
 async def _fill(queue: Queue, queue_name: str, jobs: int, batch: int, status: _Status) -> None:
@@ -394,12 +417,20 @@ async def _measure(
         "jobs_per_s": _rate(jobs, seconds),
     }
     result["latency"] = await _measure_latency(queue, args.samples, status)
+    if not load_registry().protocols[config["protocol"]].value.capabilities.store_clock:
+        # (SQS keeps delays on its own timers, which count whole seconds: not measured.)
+        status.begin("lateness of delayed jobs", DELAYED_JOBS)
+        lateness = {"delayed": _summary(await delayed_lateness(queue, status.tick))}
+        status.begin("lateness of retries", RETRIED_JOBS)
+        lateness["retry"] = _summary(await retry_lateness(queue, status.tick))
+        result["lateness"] = lateness
     if config["protocol"] in _CROSS_PROCESS:
         status.begin("idle latency from another process", args.samples)
-        samples = await _latency_from_another_process(
+        samples, late = await _from_another_process(
             queue, config, args.loop, args.samples, status
         )
         result["latency_other_process"] = _summary(samples)
+        result["lateness"]["delayed_other_process"] = _summary(late)
     result["backlog"] = [
         await _measure_backlog(queue, pending, jobs, concurrency, status)
         for pending in sorted(set(args.backlog))
@@ -429,6 +460,13 @@ async def _bench(
             tg.cancel_scope.cancel()
     result["peak_rss_mib"] = _peak_rss_mib()
     return result
+
+
+_LATENESS_ROWS = (
+    ("delayed", "delayed jobs"),
+    ("retry", "backoff retries"),
+    ("delayed_other_process", "delayed, other process"),
+)
 
 
 def _report(result: dict[str, Any], where: str, term: Terminal) -> str:
@@ -473,6 +511,17 @@ def _report(result: dict[str, Any], where: str, term: Terminal) -> str:
                 f"max {other['max_ms']:.2f} ms",
             ],
         ]
+    lateness = result.get("lateness", {})
+    for key, what in _LATENESS_ROWS:
+        late = lateness.get(key)
+        if late is not None:
+            rows.append(
+                [
+                    f"lateness, {what}",
+                    f"{late['p50_ms']:.2f} / {late['p99_ms']:.2f} ms",
+                    f"p50 / p99 after the due time, {late['samples']} samples",
+                ]
+            )
     for item in result["backlog"]:
         rows.append(
             [
