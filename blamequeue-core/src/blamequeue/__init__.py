@@ -43,6 +43,7 @@ from ._notifications import (
     WebhookChannel,
     verify_signature,
 )
+from ._outcomes import UnrecoverableError
 from ._progress import JobEvent, Subscription
 from ._queue import Queue
 from ._schedules import Every, Schedule, ScheduleStatus
@@ -107,6 +108,7 @@ __all__ = [
     "Task",
     "TaskRegistry",
     "TickResult",
+    "UnrecoverableError",
     "WebhookChannel",
     "WorkerInfo",
     "__version__",

@@ -23,6 +23,7 @@ from ._context import JobContext, LeaseState, SyncJobContext
 from ._job_meta import JobMeta
 from ._job_seals import error_place, last_error_of, open_context, payload_place_of
 from ._models import DeadLetter, Job
+from ._outcomes import UnrecoverableError
 from ._results import encode_result
 from ._runtime import BackendRuntime
 from ._tasks import TaskRegistry
@@ -120,12 +121,14 @@ class Attempt:
 def failure(
     runtime: BackendRuntime, attempt: Attempt, message: str, exc: BaseException | None = None
 ) -> Settlement:
-    """Retry with backoff while attempts remain, else dead-letter."""
+    """Retry with backoff while attempts remain, else dead-letter (at once for an
+    :class:`~blamequeue.UnrecoverableError`)."""
     stored = attempt.job
     now = runtime.clock.now()
     error = runtime.codec.encode_error(message, error_place(stored))
     attempt.error = message
-    retrying = stored.attempts < stored.max_attempts
+    unrecoverable = isinstance(exc, UnrecoverableError)
+    retrying = stored.attempts < stored.max_attempts and not unrecoverable
     # The job records the error; the operator watching the worker should see it too.
     log.warning(
         "job %s on %r failed (attempt %d of %d), %s: %s",
@@ -133,7 +136,11 @@ def failure(
         stored.queue,
         stored.attempts,
         stored.max_attempts,
-        "it will be retried" if retrying else "it goes to the dead-letter queue",
+        "it will be retried"
+        if retrying
+        else "it is unrecoverable and goes to the dead-letter queue"
+        if unrecoverable
+        else "it goes to the dead-letter queue",
         message.split("\n", 1)[0],
         exc_info=exc,
     )

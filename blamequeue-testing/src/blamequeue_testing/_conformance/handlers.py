@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from blamequeue import Job, JobContext, QueueError
+from blamequeue import Job, JobContext, QueueError, UnrecoverableError
 
 from .cases import each
 from .fixtures import Conformance, wait_until
@@ -31,6 +31,14 @@ async def _last_error_seen_by_the_retry(conformance: Conformance) -> str:
     [job] = record.jobs
     assert job.last_error is not None
     return job.last_error
+
+
+def _refuses_for_good(job: Job, ctx: Any) -> None:
+    raise UnrecoverableError("order 42 was cancelled upstream")
+
+
+async def _refuses_for_good_async(job: Job, ctx: JobContext) -> None:
+    raise UnrecoverableError("order 42 was cancelled upstream")
 
 
 def _raises_key_error(job: Job, ctx: Any) -> None:
@@ -87,6 +95,21 @@ class TestHandlers:
         error = await _last_error_seen_by_the_retry(conformance)
         for text in error_says:
             assert text in error, (text, error)
+
+    @each("handler", {"sync": _refuses_for_good, "async": _refuses_for_good_async})
+    async def test_an_unrecoverable_error_dead_letters_the_job_at_once(
+        self, conformance: Conformance, handler: Callable[[Job, Any], object]
+    ) -> None:
+        q, name = conformance.queue, conformance.name
+        await q.enqueue(name, {"order": 42}, max_attempts=5)
+        result = await q.tick(name, handler)
+        assert (result.leased, result.failed, result.moved_to_dlq) == (1, 1, 1)
+        assert await conformance.size() == 0  # no retry waits, whatever attempts were left
+        if conformance.capabilities.dlq:
+            [letter] = await q.dlq_list(name)
+            assert (letter.payload, letter.attempts) == ({"order": 42}, 1)
+            assert letter.last_error is not None
+            assert "UnrecoverableError: order 42 was cancelled upstream" in letter.last_error
 
     async def test_consumer_runs_sync_handlers(self, conformance: Conformance) -> None:
         q, name = conformance.queue, conformance.name
