@@ -25,6 +25,7 @@ from ._models import RateLimit
 from ._pause import PAUSE_CHECK, is_paused
 from ._presence import Presence
 from ._runtime import BackendRuntime
+from ._validation import check_positive_int
 from .abc import Lease, LeaseLimits, NextDue, OverlappedLease, WaitAndLease
 from .errors import QueueError
 
@@ -65,7 +66,7 @@ class Consumer:
     ) -> None:
         self.queue_name = queue_name
         self.backend = runtime.name
-        self.concurrency = concurrency
+        self._concurrency = concurrency
         self.lease = lease
         self.stats = ConsumerStats()
         self._runtime = runtime
@@ -83,10 +84,11 @@ class Consumer:
         # Where it pays (Backend.overlapped_lease), lease in halves of the concurrency: while
         # handlers run one half, the next lease and the previous half's settlement are on
         # their way, so the server works while this process does (else the two take turns).
-        self._lease_chunk = concurrency
         backend = runtime.backend
-        if isinstance(backend, OverlappedLease) and backend.overlapped_lease:
-            self._lease_chunk = max(1, (concurrency + 1) // 2)
+        self._overlapped = isinstance(backend, OverlappedLease) and backend.overlapped_lease
+        self._lease_chunk = self._chunk_of(concurrency)
+        self._workers = 0
+        self._pool: anyio.abc.TaskGroup | None = None
         self._held = 0
         self._running: dict[str, tuple[Attempt, anyio.CancelScope]] = {}
         self._to_settle: list[Attempt] = []
@@ -104,6 +106,34 @@ class Consumer:
         self._presence = Presence(runtime, self)
 
     # -- public ---------------------------------------------------------------------------
+    @property
+    def concurrency(self) -> int:
+        """The most handlers this consumer runs (and leases it holds) at once.  Settable while
+        it runs: a larger value leases more at its next lease; a smaller one lets the running
+        handlers finish and leases no more until fewer than the new value are held."""
+        return self._concurrency
+
+    @concurrency.setter
+    def concurrency(self, value: int) -> None:
+        value = check_positive_int(value, "concurrency")
+        self._concurrency = value
+        self._lease_chunk = self._chunk_of(value)
+        if self._pool is not None:
+            for _ in range(value - self._workers):
+                self._workers += 1
+                self._pool.start_soon(self._worker)
+        # Idle workers look whether they are still wanted; the lease loop, whether it may lease.
+        self._ready_event.set()
+        self._ready_event = anyio.Event()
+        self._capacity_changed.set()
+        self._capacity_changed = anyio.Event()
+
+    def _chunk_of(self, concurrency: int) -> int:
+        """How many jobs one lease asks for at most: where it pays
+        (:class:`~blamequeue.abc.OverlappedLease`), half the concurrency, so the next lease is
+        on its way while the handlers of the last one run."""
+        return max(1, (concurrency + 1) // 2) if self._overlapped else concurrency
+
     @property
     def id(self) -> str:
         """This consumer's id in the backend's worker registry (``Queue.workers``)."""
@@ -163,7 +193,9 @@ class Consumer:
                 tg.start_soon(self._presence.run)
                 if self._heartbeat:
                     tg.start_soon(self._heartbeat_loop)
-                for _ in range(self.concurrency):
+                self._pool = tg
+                for _ in range(self._concurrency):
+                    self._workers += 1
                     tg.start_soon(self._worker)
                 with anyio.CancelScope() as scope:
                     self._lease_scope = scope
@@ -213,6 +245,9 @@ class Consumer:
                         if not ready:
                             self._taken.set()
                         await self._execute(attempt, scope)
+                    elif self._workers > self._concurrency:
+                        self._workers -= 1  # the concurrency was lowered: one worker fewer
+                        return
                     else:
                         await self._ready_event.wait()
 

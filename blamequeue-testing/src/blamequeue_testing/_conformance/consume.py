@@ -16,6 +16,7 @@ import pytest
 from blamequeue import Job, JobContext
 
 from .fixtures import Conformance, succeed, wait_for, wait_until
+from .refusals import refused_at_once
 from .running import Crowd, Hanging, starts_two_at_a_time, stop
 
 __all__ = ["TestConsume", "TestConsumerConcurrency", "TestRateLimit"]
@@ -163,6 +164,35 @@ class TestConsumerConcurrency:
         await stop(consumer)
         assert crowd.peak == 3
         assert max(in_flight) <= 3
+
+    async def test_concurrency_can_be_raised_and_lowered_while_the_consumer_runs(
+        self, conformance: Conformance
+    ) -> None:
+        q, name = conformance.queue, conformance.name
+        await q.enqueue_many(name, list(range(8)))
+        first_three = anyio.Event()
+        in_flight: list[int] = []  # handlers running as each one starts, itself included
+
+        async def handler(job: Job, ctx: JobContext) -> None:
+            in_flight.append(consumer.in_flight)
+            if len(in_flight) <= 3:
+                await first_three.wait()
+            else:
+                for _ in range(3):  # room for another handler to start beside this one
+                    await anyio.lowlevel.checkpoint()
+
+        consumer = await q.consume(name, handler, concurrency=1, poll_interval=POLL)
+        await wait_until(lambda: consumer.in_flight == 1, "the one slot to fill")
+        consumer.concurrency = 3
+        await wait_until(lambda: consumer.in_flight == 3, "the two new slots to fill")
+        assert (consumer.concurrency, consumer.stats.leased) == (3, 3)
+        consumer.concurrency = 1
+        first_three.set()
+        await wait_until(lambda: consumer.stats.succeeded == 8, "every job to complete")
+        await stop(consumer)
+        assert in_flight[3:] == [1] * 5  # one at a time once lowered
+        refused_at_once("queue/bad-argument", lambda: setattr(consumer, "concurrency", 0))
+        assert consumer.concurrency == 1
 
     async def test_consumers_share_a_backlog_without_prefetching(
         self, conformance: Conformance
