@@ -142,6 +142,7 @@ def test_a_bad_environment_exits_2(run_cli: RunCli) -> None:
         ["dlq"],
         ["dlq", "list"],
         ["dlq", "retry"],
+        ["dlq", "retry-all"],
         ["dlq", "size"],
         ["dlq", "purge"],
     ],

@@ -1,5 +1,5 @@
 """The commands that change a queue, as a user runs them: ``enqueue``, ``tick``, ``purge`` (with
-its confirmation on a terminal) and ``dlq list|retry|size|purge``."""
+its confirmation on a terminal) and ``dlq list|retry|retry-all|size|purge``."""
 
 from __future__ import annotations
 
@@ -263,6 +263,19 @@ def test_dlq_retry_of_an_unknown_id_exits_3(run_cli: RunCli, db: Path) -> None:
     assert f"no dead job {job_id} on backend 'default'" in result.stderr
     document = json.loads(run_cli("dlq", "retry", job_id, "--json", "--path", str(db)).stdout)
     assert document == {"job_id": job_id, "backend": None, "retried": False}
+
+
+def test_dlq_retry_all_puts_every_dead_job_back_to_pending(run_cli: RunCli, db: Path) -> None:
+    dead = seed(db, dead=2, pending=1)["dead"]
+    result = run_cli("dlq", "retry-all", QUEUE, "--path", str(db))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == f"2 dead jobs of {QUEUE!r} back to pending (attempts reset)\n"
+    assert sizes(db) == (3, 0)
+    for job_id in dead:
+        job = json_of(run_cli("job", job_id, "--path", str(db), "--json"))
+        assert (job["state"], job["attempts"]) == ("pending", 0)
+    again = json_of(run_cli("dlq", "retry-all", QUEUE, "--json", "--path", str(db)))
+    assert again == {"queue": QUEUE, "backend": "default", "retried": 0}
 
 
 def test_dlq_purge_with_yes_empties_the_dlq(run_cli: RunCli, db: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -99,6 +100,8 @@ log = logging.getLogger("blamequeue")
 
 _CLOSE_TIMEOUT = 10.0
 _ABORT_GRACE = 5.0
+#: Dead jobs :meth:`Queue.dlq_retry_all` lists at a time, past those it already retried.
+_RETRY_ALL_PAGE = 500
 
 P = TypeVar("P")
 R = TypeVar("R")
@@ -1083,15 +1086,48 @@ class Queue:
             raise BadArgumentError(
                 "queue/bad-argument", f"job_id must be a non-empty string, got {job_id!r}"
             )
+        stored = await self._retry_dead(runtime, job_id)
+        if stored is None:
+            return False
+        runtime.notify(stored.queue)
+        return True
+
+    async def dlq_retry_all(self, queue_name: str, *, backend: str | None = None) -> int:
+        """Put every dead job of ``queue_name`` back to pending with its attempts reset, as
+        :meth:`dlq_retry` does for one (each move atomic in the backend, and audited); returns
+        how many.  A job that dies again while this runs is not retried a second time."""
+        runtime = self._dlq_runtime(backend)
+        check_queue_name(queue_name)
+        dead_letters = DeadLetters.of(runtime.backend)
+        seen: set[str] = set()
+        retried = 0
+        while True:
+            # Most recently failed first: ask past the ones already retried (a job that died
+            # again comes first), and stop when the list ends or holds nothing new.
+            limit = len(seen) + _RETRY_ALL_PAGE
+            page = await runtime.call(
+                "dlq_list", functools.partial(dead_letters.dlq_list, queue_name, limit=limit)
+            )
+            fresh = [job.id for job in page if job.id not in seen]
+            seen.update(fresh)
+            for job_id in fresh:
+                if await self._retry_dead(runtime, job_id) is not None:
+                    retried += 1
+            if fresh:
+                runtime.notify(queue_name)
+            if len(page) < limit or not fresh:
+                return retried
+
+    async def _retry_dead(self, runtime: BackendRuntime, job_id: str) -> StoredJob | None:
+        """One dead job back to pending (attempts reset), audited; ``None`` if none has that
+        id."""
         stored = await runtime.call(
             "dlq_retry",
             lambda: DeadLetters.of(runtime.backend).dlq_retry(job_id, now=self._clock.now()),
         )
-        if stored is None:
-            return False
-        await self._auditor.emit_job("system.queue.dlq.retry", stored, backend=runtime.name)
-        runtime.notify(stored.queue)
-        return True
+        if stored is not None:
+            await self._auditor.emit_job("system.queue.dlq.retry", stored, backend=runtime.name)
+        return stored
 
     async def cancel(self, job_id: str, *, backend: str | None = None) -> bool:
         """Cancel the job ``job_id``: it ends in the terminal state ``cancelled``.

@@ -1,4 +1,4 @@
-"""``blamequeue dlq list|retry|size|purge``: the dead-letter queue, for operators."""
+"""``blamequeue dlq list|retry|retry-all|size|purge``: the dead-letter queue, for operators."""
 
 from __future__ import annotations
 
@@ -35,6 +35,7 @@ examples:
   blamequeue dlq list emails --limit 5 --json
   blamequeue dlq retry job-01J0ZK5V3G9YB6R2W8X4T1QH7C
       back to pending with its attempts reset; exit code 3 if no dead job has that id
+  blamequeue dlq retry-all emails                 # every dead job of the queue, the same way
   blamequeue dlq size emails
   blamequeue dlq purge emails --yes
 
@@ -45,7 +46,7 @@ purged.
 
 _DLQ_MANUAL = (
     """\
-the dead-letter queue: list, retry, size, purge
+the dead-letter queue: list, retry, retry-all, size, purge
 
 Work with the dead-letter queue: jobs that ran out of attempts.
 
@@ -67,6 +68,16 @@ put a dead job back to pending, attempts reset (exit 3 if not found)
 
 Move the dead job JOB_ID back to pending, due now, with its attempts reset.
 Exit code 3 when no dead job has that id.
+
+"""
+    + _EPILOG
+)
+_RETRY_ALL_MANUAL = (
+    """\
+put every dead job of a queue back to pending, attempts reset
+
+Move every dead job of QUEUE back to pending, due now, with its attempts reset, and
+print how many.  A job that dies again meanwhile is not retried twice.
 
 """
     + _EPILOG
@@ -107,6 +118,11 @@ def add_parser(subparsers: Subparsers) -> None:
     retry.add_argument("job_id", metavar="JOB_ID", help="the dead job's id (job-...)")
     add_json_option(retry)
     add_queue_options(retry, backend_help="look only in this backend (default: every backend)")
+
+    retry_all = add_queue_command(actions, "retry-all", _RETRY_ALL_MANUAL, run=_retry_all)
+    add_queue_argument(retry_all)
+    add_json_option(retry_all)
+    add_queue_options(retry_all)
 
     add_size_options(add_queue_command(actions, "size", _SIZE_MANUAL), dead=True)
     add_purge_options(add_queue_command(actions, "purge", _PURGE_MANUAL), dead=True)
@@ -160,5 +176,19 @@ def _retry(args: argparse.Namespace) -> int:
         where = ", ".join(repr(name) for name, _retried in tried)
         say(f"error: no dead job {args.job_id} on backend {where}")
         return EXIT_NOT_FOUND
+
+    return with_queue(args, body)
+
+
+def _retry_all(args: argparse.Namespace) -> int:
+    async def body(queue: Queue) -> int:
+        backend = args.backend or queue.default_backend
+        count = await queue.dlq_retry_all(args.queue, backend=backend)
+        if args.json:
+            print_json({"queue": args.queue, "backend": backend, "retried": count})
+        else:
+            jobs = "job" if count == 1 else "jobs"
+            print(f"{count} dead {jobs} of {args.queue!r} back to pending (attempts reset)")
+        return EXIT_OK
 
     return with_queue(args, body)

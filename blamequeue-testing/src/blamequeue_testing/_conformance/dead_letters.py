@@ -154,6 +154,30 @@ class TestDeadLetterQueue:
         [letter] = await q.dlq_list(name)
         assert (letter.job_id, letter.attempts) == (job_id, 1)
 
+    async def test_dlq_retry_all_puts_every_dead_job_of_the_queue_back(
+        self, conformance: Conformance
+    ) -> None:
+        q, name = conformance.queue, conformance.name
+        dead = {await dead_job(q, name, n) for n in range(3)}
+        other = await dead_job(q, f"{name}-other")  # another queue's dead job stays dead
+        await q.enqueue(name, "alive")
+        assert await q.dlq_retry_all(name) == 3
+        assert await conformance.dlq_size() == 0
+        assert await q.dlq_size(f"{name}-other") == 1
+        retried = {event.job_id for event in conformance.audit.named("system.queue.dlq.retry")}
+        assert retried == dead
+        seen: list[tuple[str, int]] = []
+
+        async def record(job: Job, ctx: JobContext) -> None:
+            seen.append((job.id, job.attempts))
+
+        result = await q.tick(name, record, max=10)  # due at once, attempts reset
+        assert result.succeeded == 4
+        assert dead <= {job_id for job_id, _ in seen}
+        assert other not in {job_id for job_id, _ in seen}
+        assert [attempts for _, attempts in seen] == [1, 1, 1, 1]
+        assert await q.dlq_retry_all(name) == 0  # nothing left to retry
+
     async def test_dlq_purge_empties_dead_letters_and_returns_count(
         self, conformance: Conformance
     ) -> None:
@@ -197,6 +221,7 @@ class TestWithoutDeadLetterQueue:
             lambda: q.dlq_list(name),
             lambda: q.dlq_purge(name),
             lambda: q.dlq_retry("job-" + "0" * 26),
+            lambda: q.dlq_retry_all(name),
         ]
         for call in calls:
             await refused("queue/dlq-unsupported", call())
