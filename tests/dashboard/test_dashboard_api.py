@@ -146,6 +146,24 @@ async def test_read_only_open_reads_without_the_token_but_writes_need_it(
         assert "read-only" in refused.json()["error"]
 
 
+async def test_retry_all_puts_every_dead_job_of_the_named_queue_back(
+    seeded: Queue, anyio_backend: str
+) -> None:
+    for n in range(3):  # three more dead jobs, four in all
+        await seeded.enqueue("emails", {"n": 10 + n}, max_attempts=1, priority=5)
+    await seeded.tick("emails", _fail, max=3)
+    assert await seeded.dlq_size("emails") == 4
+    app = dashboard_app(seeded, token=TOKEN)
+    async with serving(app, anyio_backend) as url, httpx.AsyncClient(base_url=url) as client:
+        path = "/api/queues/emails/dlq/retry-all"
+        unnamed = await client.post(path, headers=ACTION, json={"queue": "flows"})
+        assert unnamed.status_code == 400  # the body must name the queue the path names
+        assert await seeded.dlq_size("emails") == 4
+        done = await client.post(path, headers=ACTION, json={"queue": "emails"})
+        assert done.json() == {"queue": "emails", "retried": 4}
+    assert await seeded.dlq_size("emails") == 0
+
+
 async def test_read_only_open_is_only_for_loopback_clients_and_hosts(seeded: Queue) -> None:
     app = dashboard_app(seeded, token=TOKEN, read_only_open=True, allowed_hosts=["dash.example"])
     assert (await _call(app, "/api/overview", client=("10.1.2.3", 5555)))[0] == 401

@@ -37,6 +37,7 @@ if not (Path(CHROMIUM).exists() and Path(DRIVER).exists()):
     pytest.skip("chromium / chromedriver not installed", allow_module_level=True)
 
 from selenium import webdriver  # noqa: E402
+from selenium.common.exceptions import StaleElementReferenceException  # noqa: E402
 from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.common.keys import Keys  # noqa: E402
@@ -129,6 +130,25 @@ def _shot(driver: webdriver.Chrome, tmp_path: Path, name: str) -> None:
         shutil.copy(path, Path(target) / f"{tmp_path.name}-{name}.png")
 
 
+def _waiting(driver: webdriver.Chrome) -> WebDriverWait[webdriver.Chrome]:
+    """A wait that tries again when the page re-rendered an element between finding and using
+    it (it refreshes itself every few seconds)."""
+    return WebDriverWait(driver, 20, ignored_exceptions=(StaleElementReferenceException,))
+
+
+def _clicked(scope: webdriver.Chrome | WebElement | None, by: str, what: str) -> bool:
+    """Find ``what`` in ``scope`` and click it (for a wait: a stale element is tried again)."""
+    if scope is None:
+        return False
+    scope.find_element(by, what).click()
+    return True
+
+
+def _cells(driver: webdriver.Chrome, name: str) -> list[str] | None:
+    row = _queue_row(driver, name)
+    return None if row is None else [td.text for td in row.find_elements(By.TAG_NAME, "td")]
+
+
 def _queue_row(driver: webdriver.Chrome, name: str) -> WebElement | None:
     for row in driver.find_elements(By.CSS_SELECTOR, "#queues tr[data-queue]"):
         if row.get_attribute("data-queue") == name:
@@ -140,27 +160,26 @@ def test_counts_match_and_a_dlq_retry_moves_the_job_back(
     dashboard: tuple[str, Path], browser: webdriver.Chrome, tmp_path: Path
 ) -> None:
     url, db = dashboard
-    wait = WebDriverWait(browser, 20)
+    wait = _waiting(browser)
     browser.get(url)
-    row = wait.until(lambda d: _queue_row(d, "emails"))
+    cells = wait.until(lambda d: _cells(d, "emails"))
     assert "#token" not in browser.current_url  # the page took it out of the address bar
-    cells = [td.text for td in row.find_elements(By.TAG_NAME, "td")]
     pending, dead = _counts(db)
     assert (cells[0], int(cells[1]), int(cells[5])) == ("emails", pending, dead)
     assert (pending, dead) == (3, 1)
     _shot(browser, tmp_path, "overview")
-    row.find_element(By.TAG_NAME, "a").click()
+    wait.until(lambda d: _clicked(_queue_row(d, "emails"), By.TAG_NAME, "a"))
     wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#dlq tr[data-job]"))
     _shot(browser, tmp_path, "queue")
-    browser.find_element(By.CSS_SELECTOR, "#dlq tr[data-job] a").click()
+    wait.until(lambda d: _clicked(d, By.CSS_SELECTOR, "#dlq tr[data-job] a"))
     detail = wait.until(lambda d: d.find_element(By.ID, "job-detail").text or None)
     assert '"last_error": "RuntimeError: mail server said no"' in detail  # its first line only
     assert "Traceback" not in detail
-    browser.find_element(By.ID, "full-error").click()  # the whole text, asked for
+    wait.until(lambda d: _clicked(d, By.ID, "full-error"))  # the whole text, asked for
     full = wait.until(lambda d: d.find_element(By.ID, "job-error").text or None)
     assert full.startswith("RuntimeError: mail server said no")
     _shot(browser, tmp_path, "job")
-    browser.find_element(By.CSS_SELECTOR, "#dlq button.retry").click()
+    wait.until(lambda d: _clicked(d, By.CSS_SELECTOR, "#dlq button.retry"))
     wait.until(lambda d: not d.find_elements(By.CSS_SELECTOR, "#dlq tr[data-job]"))
     wait.until(lambda d: "retried" in d.find_element(By.ID, "status").text or
                "updated" in d.find_element(By.ID, "status").text)  # fmt: skip
@@ -172,20 +191,18 @@ def test_a_queue_named_with_slash_percent_and_space_is_opened_and_purged_alone(
     dashboard: tuple[str, Path], browser: webdriver.Chrome, tmp_path: Path
 ) -> None:
     url, db = dashboard
-    wait = WebDriverWait(browser, 20)
+    wait = _waiting(browser)
     browser.get(url)
     for name in [ODD, *NEIGHBOURS]:
-        row = wait.until(lambda d, name=name: _queue_row(d, name))
-        assert row.find_element(By.TAG_NAME, "a").text == name
-    row = _queue_row(browser, ODD)
-    assert row is not None
-    row.find_element(By.TAG_NAME, "a").click()
+        cells = wait.until(lambda d, name=name: _cells(d, name))
+        assert cells[0] == name
+    wait.until(lambda d: _clicked(_queue_row(d, ODD), By.TAG_NAME, "a"))
     wait.until(lambda d: d.find_element(By.ID, "queue-title").text == f"Queue {ODD}")
     wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#dlq tr[data-job]")) == 1)
     jobs = browser.find_elements(By.CSS_SELECTOR, "#jobs tbody tr")
     assert len(jobs) == 1  # its own job, not a neighbour's
     _shot(browser, tmp_path, "odd-queue")
-    browser.find_element(By.ID, "purge-dlq").click()
+    wait.until(lambda d: _clicked(d, By.ID, "purge-dlq"))
     alert = wait.until(lambda d: d.switch_to.alert)
     assert ODD in alert.text
     alert.accept()
@@ -201,7 +218,7 @@ def test_without_the_token_the_page_asks_for_it(
 ) -> None:
     url, _ = dashboard
     bare, token = url.split("#token=")
-    wait = WebDriverWait(browser, 20)
+    wait = _waiting(browser)
     browser.get(bare)
     wait.until(lambda d: "needs its token" in d.find_element(By.ID, "status").text)
     assert not browser.find_elements(By.CSS_SELECTOR, "#queues tr[data-queue]")

@@ -366,10 +366,7 @@ def dashboard_app(
                 return {"retried": await queue.dlq_retry(job_id, backend=backend)}
             case ["queues", name, "dlq", "retry-all"]:
                 confirm(name, body, "retry-all")
-                retried = 0
-                for letter in await queue.dlq_list(name, backend=backend):
-                    retried += await queue.dlq_retry(letter.job_id, backend=backend)
-                return {"queue": name, "retried": retried}
+                return {"queue": name, "retried": await queue.dlq_retry_all(name, backend=backend)}
             case ["queues", name, "dlq", "purge"]:
                 confirm(name, body, "purge")
                 return {"queue": name, "purged": await queue.dlq_purge(name, backend=backend)}
