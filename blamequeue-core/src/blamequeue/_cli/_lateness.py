@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import anyio
@@ -50,28 +50,50 @@ def lateness_of(job: Job) -> float:
     return time.time() - job.available_at.timestamp()
 
 
-async def delayed_lateness(queue: Queue, on_sample: Callable[[], None]) -> list[float]:
-    """Lateness of :data:`DELAYED_JOBS` delayed jobs enqueued one by one to an idle consumer."""
-    late: list[float] = []
-    done = anyio.Event()
+class _Samples:
+    """The lateness of ``count`` job starts, and an event set once all are in."""
 
-    async def record(job: Job, ctx: Any) -> None:
-        late.append(lateness_of(job))
-        on_sample()
-        if len(late) == DELAYED_JOBS:
-            done.set()
+    def __init__(self, count: int, on_sample: Callable[[], None]) -> None:
+        self.count = count
+        self.on_sample = on_sample
+        self.late: list[float] = []
+        self.done = anyio.Event()
 
-    consumer = await queue.consume("bench-late-delayed", record)
+    def add(self, job: Job) -> None:
+        self.late.append(lateness_of(job))
+        self.on_sample()
+        if len(self.late) == self.count:
+            self.done.set()
+
+
+@contextlib.asynccontextmanager
+async def _consumed(
+    queue: Queue, name: str, handler: Callable[[Job, Any], Awaitable[None]], samples: _Samples
+) -> AsyncIterator[None]:
+    """A consumer of ``name`` running ``handler`` while the body enqueues, kept until every
+    sample is in, then stopped."""
+    consumer = await queue.consume(name, handler)
     try:
-        await anyio.sleep(0.05)  # idle, waiting for work
-        for n, delay in enumerate(delayed_delays()):
-            await queue.enqueue("bench-late-delayed", {"n": n}, delay=delay)
+        yield
         with anyio.fail_after(_WAIT):
-            await done.wait()
+            await samples.done.wait()
     finally:
         consumer.cancel()
         await consumer.wait_stopped()
-    return late
+
+
+async def delayed_lateness(queue: Queue, on_sample: Callable[[], None]) -> list[float]:
+    """Lateness of :data:`DELAYED_JOBS` delayed jobs enqueued one by one to an idle consumer."""
+    samples = _Samples(DELAYED_JOBS, on_sample)
+
+    async def record(job: Job, ctx: Any) -> None:
+        samples.add(job)
+
+    async with _consumed(queue, "bench-late-delayed", record, samples):
+        await anyio.sleep(0.05)  # idle, waiting for work
+        for n, delay in enumerate(delayed_delays()):
+            await queue.enqueue("bench-late-delayed", {"n": n}, delay=delay)
+    return samples.late
 
 
 @contextlib.contextmanager
@@ -89,31 +111,21 @@ def _failures_unlogged() -> Iterator[None]:
 async def retry_lateness(queue: Queue, on_sample: Callable[[], None]) -> list[float]:
     """Lateness of the retries of :data:`RETRIED_JOBS` jobs that fail once, each retried after a
     fixed :data:`RETRY_BACKOFF`, enqueued 50 ms apart so that their retries do not coincide."""
-    late: list[float] = []
-    done = anyio.Event()
+    samples = _Samples(RETRIED_JOBS, on_sample)
 
     async def flaky(job: Job, ctx: Any) -> None:
         if job.attempts == 1:
             raise RuntimeError("the first attempt fails (bench)")
-        late.append(lateness_of(job))
-        on_sample()
-        if len(late) == RETRIED_JOBS:
-            done.set()
+        samples.add(job)
 
     with _failures_unlogged():
-        consumer = await queue.consume("bench-late-retry", flaky)
-        try:
+        async with _consumed(queue, "bench-late-retry", flaky, samples):
             for n in range(RETRIED_JOBS):
                 await queue.enqueue(
                     "bench-late-retry", {"n": n}, max_attempts=2, backoff=[RETRY_BACKOFF]
                 )
                 await anyio.sleep(0.05)
-            with anyio.fail_after(_WAIT):
-                await done.wait()
-        finally:
-            consumer.cancel()
-            await consumer.wait_stopped()
-    return late
+    return samples.late
 
 
 async def delayed_lateness_elsewhere(queue: Queue, on_sample: Callable[[], None]) -> list[float]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from blamequeue import Job, JobContext
+from blamequeue import Consumer, Job, JobContext
 from blamequeue.abc import NextDue
 
 from .fixtures import BACKEND, Conformance, wait_for, wait_until
@@ -51,6 +51,33 @@ class _Starts:
         self.event.set()
 
 
+async def _idle_until(
+    conformance: Conformance, payload: object, delay: float
+) -> tuple[Consumer, _Starts]:
+    """Enqueue ``payload`` delayed by ``delay`` and start a consumer that polls once an hour;
+    back once it waits until that job is due."""
+    due = conformance.now() + delay
+    await conformance.queue.enqueue(conformance.name, payload, delay=delay)
+    starts = _Starts(conformance)
+    consumer = await conformance.queue.consume(
+        conformance.name, starts, poll_interval=HOUR, heartbeat=False
+    )
+    await _waits_until(conformance, due)
+    return consumer, starts
+
+
+async def _runs_at_due_time(
+    conformance: Conformance, consumer: Consumer, starts: _Starts, payload: object, due: float
+) -> None:
+    """Once the consumer waits until ``due``, move the clock there: the job of ``payload``, and
+    only it, starts then."""
+    await _waits_until(conformance, due)
+    conformance.advance_to(due)
+    await wait_for(starts.event, f"{payload!r} to start at its due time")
+    await stop(consumer)
+    assert starts.started == [(payload, due)]
+
+
 @pytest.mark.anyio
 @requires("next_due", "the backend cannot tell when the next job is due")
 @requires_virtual_time("due times are reached by moving the clock")
@@ -72,33 +99,17 @@ class TestOnTime:
     async def test_an_idle_consumer_starts_a_delayed_job_when_due_not_at_its_next_poll(
         self, conformance: Conformance
     ) -> None:
-        q, name = conformance.queue, conformance.name
         due = conformance.now() + 60
-        await q.enqueue(name, "later", delay=60)
-        starts = _Starts(conformance)
-        consumer = await q.consume(name, starts, poll_interval=HOUR, heartbeat=False)
-        await _waits_until(conformance, due)
-        conformance.advance_to(due)
-        await wait_for(starts.event, "the delayed job to start at its due time")
-        await stop(consumer)
-        assert starts.started == [("later", due)]
+        consumer, starts = await _idle_until(conformance, "later", 60)
+        await _runs_at_due_time(conformance, consumer, starts, "later", due)
 
     async def test_a_sooner_job_enqueued_while_idle_shortens_the_wait(
         self, conformance: Conformance
     ) -> None:
-        q, name = conformance.queue, conformance.name
-        later = conformance.now() + 600
-        await q.enqueue(name, "in ten minutes", delay=600)
-        starts = _Starts(conformance)
-        consumer = await q.consume(name, starts, poll_interval=HOUR, heartbeat=False)
-        await _waits_until(conformance, later)
+        consumer, starts = await _idle_until(conformance, "in ten minutes", 600)
         soon = conformance.now() + 30
-        await q.enqueue(name, "in half a minute", delay=30)
-        await _waits_until(conformance, soon)
-        conformance.advance_to(soon)
-        await wait_for(starts.event, "the sooner job to start at its due time")
-        await stop(consumer)
-        assert starts.started == [("in half a minute", soon)]
+        await conformance.queue.enqueue(conformance.name, "in half a minute", delay=30)
+        await _runs_at_due_time(conformance, consumer, starts, "in half a minute", soon)
 
     async def test_a_backoff_retry_starts_when_due_not_at_the_next_poll(
         self, conformance: Conformance
@@ -130,17 +141,8 @@ class TestOnTimeAcrossProcesses:
     async def test_a_sooner_job_another_process_enqueues_shortens_the_wait(
         self, conformance: Conformance
     ) -> None:
-        q, name = conformance.queue, conformance.name
-        later = conformance.now() + 600
-        await q.enqueue(name, "in ten minutes", delay=600)
-        starts = _Starts(conformance)
-        consumer = await q.consume(name, starts, poll_interval=HOUR, heartbeat=False)
-        await _waits_until(conformance, later)
+        consumer, starts = await _idle_until(conformance, "in ten minutes", 600)
         soon = conformance.now() + 30
         async with conformance.factory.open() as producer:  # another process, as it were
-            await producer.enqueue(name, "in half a minute", delay=30)
-            await _waits_until(conformance, soon)
-        conformance.advance_to(soon)
-        await wait_for(starts.event, "the other process's job to start at its due time")
-        await stop(consumer)
-        assert starts.started == [("in half a minute", soon)]
+            await producer.enqueue(conformance.name, "in half a minute", delay=30)
+            await _runs_at_due_time(conformance, consumer, starts, "in half a minute", soon)
