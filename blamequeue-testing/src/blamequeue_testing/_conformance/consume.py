@@ -171,20 +171,25 @@ class TestConsumerConcurrency:
         q, name = conformance.queue, conformance.name
         await q.enqueue_many(name, list(range(8)))
         first_three = anyio.Event()
+        running = [0]
         in_flight: list[int] = []  # handlers running as each one starts, itself included
 
         async def handler(job: Job, ctx: JobContext) -> None:
-            in_flight.append(consumer.in_flight)
-            if len(in_flight) <= 3:
-                await first_three.wait()
-            else:
-                for _ in range(3):  # room for another handler to start beside this one
-                    await anyio.lowlevel.checkpoint()
+            running[0] += 1
+            in_flight.append(running[0])
+            try:
+                if len(in_flight) <= 3:
+                    await first_three.wait()
+                else:
+                    for _ in range(3):  # room for another handler to start beside this one
+                        await anyio.lowlevel.checkpoint()
+            finally:
+                running[0] -= 1
 
         consumer = await q.consume(name, handler, concurrency=1, poll_interval=POLL)
-        await wait_until(lambda: consumer.in_flight == 1, "the one slot to fill")
+        await wait_until(lambda: running[0] == 1, "the one slot to fill")
         consumer.concurrency = 3
-        await wait_until(lambda: consumer.in_flight == 3, "the two new slots to fill")
+        await wait_until(lambda: running[0] == 3, "the two new slots to fill")
         assert (consumer.concurrency, consumer.stats.leased) == (3, 3)
         consumer.concurrency = 1
         first_three.set()
