@@ -129,6 +129,12 @@ def failure(
     attempt.error = message
     unrecoverable = isinstance(exc, UnrecoverableError)
     retrying = stored.attempts < stored.max_attempts and not unrecoverable
+    if retrying:
+        what_next = "it will be retried"
+    elif unrecoverable:
+        what_next = "it is unrecoverable and goes to the dead-letter queue"
+    else:
+        what_next = "it goes to the dead-letter queue"
     # The job records the error; the operator watching the worker should see it too.
     log.warning(
         "job %s on %r failed (attempt %d of %d), %s: %s",
@@ -136,11 +142,7 @@ def failure(
         stored.queue,
         stored.attempts,
         stored.max_attempts,
-        "it will be retried"
-        if retrying
-        else "it is unrecoverable and goes to the dead-letter queue"
-        if unrecoverable
-        else "it goes to the dead-letter queue",
+        what_next,
         message.split("\n", 1)[0],
         exc_info=exc,
     )

@@ -474,8 +474,7 @@ class Queue:
         )
         if claim is not None:
             job_id = await enqueue_unique(runtime, jobs[0], claim)
-            runtime.notify(queue_name)
-            self._added(runtime, queue_name, [job_id])
+            self._announce(runtime, queue_name, [job_id])
             return job_id
         return (await self._store(runtime, queue_name, jobs))[0]
 
@@ -532,10 +531,21 @@ class Queue:
         """Hand ``jobs`` (built by :meth:`_build_jobs`) to the backend in one call, wake this
         process's consumers of ``queue_name`` and announce the jobs; returns their ids."""
         await runtime.call("enqueue", lambda: runtime.backend.enqueue(jobs))
-        runtime.notify(queue_name)
         ids = [job.id for job in jobs]
-        self._added(runtime, queue_name, ids)
+        self._announce(runtime, queue_name, ids)
         return ids
+
+    def _announce(self, runtime: BackendRuntime, queue_name: str, ids: Sequence[str]) -> None:
+        """Stored jobs ``ids`` of ``queue_name``: wake this process's idle consumers of it and
+        raise their ``job.added`` events."""
+        runtime.notify(queue_name)
+        events = self._events
+        if events.wants("job.added"):
+            now = self._clock.now()
+            for job_id in ids:
+                events.emit(
+                    "job.added", queue=queue_name, backend=runtime.name, at=now, job_id=job_id
+                )
 
     async def _enqueue_task(self, *, backend: str | None, **options: Any) -> str:
         """Enqueue one task job: ``enqueue`` plus the task's ``meta`` (see :mod:`._tasks`).
@@ -727,15 +737,6 @@ class Queue:
         if self._started and self._tg is not None:
             self._tg.start_soon(notifier.run)
         return notifier
-
-    def _added(self, runtime: BackendRuntime, queue_name: str, ids: Sequence[str]) -> None:
-        events = self._events
-        if events.wants("job.added"):
-            now = self._clock.now()
-            for job_id in ids:
-                events.emit(
-                    "job.added", queue=queue_name, backend=runtime.name, at=now, job_id=job_id
-                )
 
     def _stalled(self, runtime: BackendRuntime, stored: StoredJob, *, dead: bool) -> None:
         self._events.emit(

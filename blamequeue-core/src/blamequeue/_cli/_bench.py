@@ -430,7 +430,7 @@ async def _measure(
             queue, config, args.loop, args.samples, status
         )
         result["latency_other_process"] = _summary(samples)
-        result["lateness"]["delayed_other_process"] = _summary(late)
+        result.setdefault("lateness", {})["delayed_other_process"] = _summary(late)
     result["backlog"] = [
         await _measure_backlog(queue, pending, jobs, concurrency, status)
         for pending in sorted(set(args.backlog))
