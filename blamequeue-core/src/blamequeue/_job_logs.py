@@ -44,8 +44,11 @@ if TYPE_CHECKING:
     from ._runtime import BackendRuntime
 
 __all__ = [
+    "LOG_KIND",
+    "LOG_LINE_KIND",
     "MAX_LOG_LINES",
     "MAX_LOG_MESSAGE",
+    "PROGRESS_KIND",
     "JobJournal",
     "check_message",
     "last_progress",
@@ -66,7 +69,8 @@ PROGRESS_STORE_INTERVAL = 1.0
 once per this many seconds (the queue's clock) per attempt, and once more when the handler
 returns or raises, so what is kept is never staler than this while the job runs."""
 
-_LOG, _LINE, _PROGRESS = "job-log", "job-log-line", "job-progress"
+#: Record kinds (see the module docstring).
+LOG_KIND, LOG_LINE_KIND, PROGRESS_KIND = "job-log", "job-log-line", "job-progress"
 
 # Backends whose missing records were already reported (one warning each per process).
 _told: set[str] = set()
@@ -145,11 +149,13 @@ class JobJournal:
                 expires = self._expiry(now)
                 body = {"time": now, "attempt": self._attempt, "message": text}
                 sealed = codec.seal_text(dumps(body), _log_place(self._queue, self._job_id))
-                record, _ = await store.add(_LOG, self._key, {"lines": 1}, expires_at=expires)
+                record, _ = await store.add(LOG_KIND, self._key, {"lines": 1}, expires_at=expires)
                 number = int(record.counters.get("lines", 1))
-                await store.put(_LINE, f"{self._key}/{number:012d}", sealed, expires_at=expires)
+                await store.put(
+                    LOG_LINE_KIND, f"{self._key}/{number:012d}", sealed, expires_at=expires
+                )
                 if number > MAX_LOG_LINES:
-                    await store.delete(_LINE, f"{self._key}/{number - MAX_LOG_LINES:012d}")
+                    await store.delete(LOG_LINE_KIND, f"{self._key}/{number - MAX_LOG_LINES:012d}")
         except BadArgumentError:
             raise
         except QueueError as exc:
@@ -183,7 +189,7 @@ class JobJournal:
             at, event = pending
             self._stored_at = at
             try:
-                await store.put(_PROGRESS, self._key, event, expires_at=self._expiry(at))
+                await store.put(PROGRESS_KIND, self._key, event, expires_at=self._expiry(at))
             except QueueError as exc:
                 log.warning("the progress of job %s was not kept: %s", self._job_id, exc)
 
@@ -192,7 +198,7 @@ async def read_logs(runtime: BackendRuntime, stored: StoredJob) -> list[JobLogLi
     """The log of ``stored``, oldest line first (``Queue.job_logs``).  A line that does not
     open (sealed with a key this process lacks) is skipped and logged."""
     key = _key(stored)
-    records = await RecordStore(runtime).list(_LINE, prefix=f"{key}/")
+    records = await RecordStore(runtime).list(LOG_LINE_KIND, prefix=f"{key}/")
     place = _log_place(stored.queue, stored.id)
     lines: list[JobLogLine] = []
     for record in records[-MAX_LOG_LINES:]:
@@ -217,8 +223,10 @@ async def last_progress(
     records), in one read."""
     if not jobs or not runtime.backend.capabilities.records:
         return [None] * len(jobs)
-    records = await RecordStore(runtime).get_many(_PROGRESS, [_key(stored) for stored in jobs])
-    return [_progress_of(runtime, stored, record) for stored, record in zip(jobs, records, strict=True)]
+    records = await RecordStore(runtime).get_many(PROGRESS_KIND, [_key(stored) for stored in jobs])
+    return [
+        _progress_of(runtime, stored, record) for stored, record in zip(jobs, records, strict=True)
+    ]
 
 
 def _progress_of(

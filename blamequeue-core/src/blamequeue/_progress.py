@@ -63,9 +63,7 @@ def progress_place(queue: str, job_id: str) -> bytes:
     return job_place("progress", queue, job_id)
 
 
-def seal_progress(
-    runtime: BackendRuntime, job: Job, percent: float, data: Any, now: float
-) -> str:
+def seal_progress(runtime: BackendRuntime, job: Job, percent: float, data: Any, now: float) -> str:
     """One progress event, sealed for its job: what is published and what is kept."""
     # Encoded on every backend, so data JSON cannot hold (or over max_payload_bytes) fails
     # the same way everywhere.
