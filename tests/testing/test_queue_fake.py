@@ -296,6 +296,35 @@ async def test_run_job_hands_a_flow_child_the_dependency_results_it_is_given(
     assert await bq_fake.run_job(plain, None) == {}
 
 
+async def test_the_context_records_log_lines_as_the_job_log_keeps_them(
+    bq_fake: QueueFake,
+) -> None:
+    async def handler(job: Job, ctx: Any) -> None:
+        await ctx.log("fetched 3 rows")
+        await ctx.log("x" * 5000)
+
+    def plain(job: Job, ctx: Any) -> None:
+        ctx.log("plain")
+
+    await bq_fake.run_job(handler, None)
+    context = bq_fake.last_context
+    assert context is not None
+    assert context.logs[0] == "fetched 3 rows"
+    assert context.logs[1] == "x" * 4096 + "...[truncated]"
+    await bq_fake.run_job(plain, None)
+    assert bq_fake.last_context is not None
+    assert bq_fake.last_context.logs == ["plain"]
+
+
+async def test_a_log_message_that_is_not_a_str_is_refused(bq_fake: QueueFake) -> None:
+    async def handler(job: Job, ctx: Any) -> None:
+        await ctx.log({"not": "text"})
+
+    error = await bq_fake.expect_job_to_fail(handler, None, BadArgumentError)
+    assert isinstance(error, BadArgumentError)
+    assert error.code == "queue/bad-argument"
+
+
 async def test_context_checks_its_arguments_like_the_real_one(bq_fake: QueueFake) -> None:
     async def handler(job: Job, ctx: Any) -> None:
         await ctx.progress(150)

@@ -1,4 +1,4 @@
-"""What a running handler gets besides its job: lease control and progress."""
+"""What a running handler gets besides its job: lease control, progress and its log."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ import attrs
 
 from ._audit import data_shape
 from ._clock import to_datetime
+from ._job_logs import JobJournal, check_message
 from ._models import Job
-from ._progress import publish_progress
+from ._progress import publish_progress, seal_progress
 from ._results import dependency_results
 from ._validation import MAX_SECONDS_TEXT, is_duration
 from .errors import BadArgumentError
@@ -45,10 +46,17 @@ class LeaseState:
 class JobContext:
     """Passed to every handler beside its :class:`Job`."""
 
-    def __init__(self, job: Job, lease: LeaseState, runtime: BackendRuntime) -> None:
+    def __init__(
+        self,
+        job: Job,
+        lease: LeaseState,
+        runtime: BackendRuntime,
+        journal: JobJournal | None = None,
+    ) -> None:
         self.job = job
         self._lease = lease
         self._runtime = runtime
+        self._journal = journal
 
     @property
     def lease_expires_at(self) -> datetime:
@@ -101,7 +109,8 @@ class JobContext:
         """Report progress (0..100): a live event to every ``Queue.subscribe`` of this job,
         in any process (``data`` must be JSON with str keys, else ``queue/bad-payload``, and
         at most the backend's ``max_payload_bytes``, else ``queue/payload-too-large``), and a
-        rate-limited marker in the audit trail."""
+        rate-limited marker in the audit trail.  The last one is also kept on the job
+        (``JobInfo.progress``), stored at most once a second and when the handler ends."""
         if (
             isinstance(percent, bool)
             or not isinstance(percent, int | float)
@@ -112,7 +121,11 @@ class JobContext:
                 f"progress(percent) must be between 0 and 100, got {percent!r}",
             )
         self._lease.progress = float(percent)
-        await publish_progress(self._runtime, self.job, percent, data)
+        at = self._runtime.clock.now()
+        event = seal_progress(self._runtime, self.job, percent, data, at)
+        await publish_progress(self._runtime, self.job.id, event, at)
+        if self._journal is not None:
+            await self._journal.progress(event, at)
         events = self._runtime.events
         if events.wants("job.progress"):
             events.emit(
@@ -138,6 +151,18 @@ class JobContext:
             # Progress data is the handler's own: the trail gets only its size (SPEC §6).
             data={"percent": float(percent), **data_shape(data)},
         )
+
+    async def log(self, message: str) -> None:
+        """Append ``message`` to the job's log, read with :meth:`Queue.job_logs
+        <blamequeue.Queue.job_logs>` (sealed at rest; the last 1,000 lines are kept, each
+        with its time and attempt).  ``message`` must be a ``str`` (else
+        ``queue/bad-argument``); one over 4,096 characters is cut there and ends with
+        ``...[truncated]``.  On a backend that keeps no records (``sqs``) the line is
+        dropped, and a warning says so once."""
+        if self._journal is None:
+            check_message(message)
+            return
+        await self._journal.log(message)
 
 
 class SyncJobContext:
@@ -167,3 +192,6 @@ class SyncJobContext:
 
     def dependency_results(self) -> dict[str, Any]:
         return anyio.from_thread.run(self._context.dependency_results)
+
+    def log(self, message: str) -> None:
+        anyio.from_thread.run(self._context.log, message)

@@ -20,6 +20,7 @@ from ._backoff import parse_backoff
 from ._batches import on_batch_job, skip_job
 from ._clock import to_datetime
 from ._context import JobContext, LeaseState, SyncJobContext
+from ._job_logs import JobJournal
 from ._job_meta import JobMeta
 from ._job_seals import error_place, last_error_of, open_context, payload_place_of
 from ._models import DeadLetter, Job
@@ -238,7 +239,19 @@ async def _run_handler(runtime: BackendRuntime, attempt: Attempt, handler: Handl
         except QueueError as exc:
             # A worker without the task's code (a deploy in progress?): retried, then the DLQ.
             return failure(runtime, attempt, f"{exc.code}: {exc.message}")
-    context = JobContext(job, attempt.state, runtime)
+    journal = JobJournal(runtime, attempt.job)
+    settlement = await _call_handler(
+        runtime, attempt, handler, job, JobContext(job, attempt.state, runtime, journal)
+    )
+    # The progress reported last in a burst is kept once the handler is over (not when the
+    # attempt is cancelled: timed out or shut down).
+    await journal.flush()
+    return settlement
+
+
+async def _call_handler(
+    runtime: BackendRuntime, attempt: Attempt, handler: Handler, job: Job, context: JobContext
+) -> Settlement:
     try:
         if _is_async(handler):
             value = await handler(job, context)

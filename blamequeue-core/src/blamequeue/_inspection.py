@@ -16,7 +16,7 @@ import attrs
 from ._clock import to_datetime
 from ._execution import to_job
 from ._job_seals import payload_place_of
-from ._models import JobInfo, QueueInfo, WorkerInfo
+from ._models import JobInfo, JobProgress, QueueInfo, WorkerInfo
 from ._runtime import BackendRuntime
 from .abc import JOB_STATES, JobState, StoredJob, WorkerRecord
 from .errors import BadArgumentError, QueueError
@@ -74,7 +74,9 @@ def check_cursor(value: Any) -> str | None:
     return value
 
 
-def to_job_info(runtime: BackendRuntime, stored: StoredJob) -> JobInfo:
+def to_job_info(
+    runtime: BackendRuntime, stored: StoredJob, progress: JobProgress | None = None
+) -> JobInfo:
     """Never raises for an unreadable payload: the job is shown with ``payload=None`` and the
     reason in ``payload_error`` (an operator inspecting a broken job must still see it)."""
     payload_error = None
@@ -93,6 +95,7 @@ def to_job_info(runtime: BackendRuntime, stored: StoredJob) -> JobInfo:
         finished_at=None if stored.finished_at is None else to_datetime(stored.finished_at),
         depends_on=tuple(stored.depends_on),
         payload_error=payload_error,
+        progress=progress,
     )
 
 

@@ -21,7 +21,9 @@ __all__ = [
     "FlowStatus",
     "Job",
     "JobInfo",
+    "JobLogLine",
     "JobPage",
+    "JobProgress",
     "QueueInfo",
     "RateLimit",
     "TickResult",
@@ -59,6 +61,30 @@ class Job:
 
 
 @attrs.frozen(kw_only=True)
+class JobProgress:
+    """The last progress a job's handler reported (``ctx.progress(percent, data)``), kept on the
+    job (:attr:`JobInfo.progress`) so a reader that comes late still sees where it stands."""
+
+    percent: float
+    """0 to 100."""
+    data: Any = None
+    """The ``data`` passed with it (JSON)."""
+    time: datetime
+    """When it was reported (UTC)."""
+
+
+@attrs.frozen(kw_only=True)
+class JobLogLine:
+    """One line of a job's log (``ctx.log(message)``), as :meth:`Queue.job_logs` returns it."""
+
+    time: datetime
+    """When the handler wrote it (UTC)."""
+    attempt: int
+    """The number of the attempt that wrote it (1 for the first run)."""
+    message: str
+
+
+@attrs.frozen(kw_only=True)
 class JobInfo:
     """A job and where it stands: what :meth:`Queue.job_info` and :meth:`Queue.list_jobs`
     return to operators (a handler gets the bare :class:`Job`)."""
@@ -76,6 +102,9 @@ class JobInfo:
     """Ids of the flow siblings it waits for."""
     payload_error: str | None = None
     """Why ``job.payload`` is ``None``: the stored payload could not be unsealed."""
+    progress: JobProgress | None = None
+    """The last progress its handler reported, or ``None`` (never reported, or a backend
+    that keeps no records)."""
 
 
 @attrs.frozen(kw_only=True)

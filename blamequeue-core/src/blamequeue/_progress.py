@@ -1,7 +1,8 @@
 """Live progress events (SPEC §10): what ``ctx.progress`` publishes and ``Queue.subscribe``
 yields, across processes through the backend (``Backend.publish_progress`` /
-``Backend.watch_job``).  Events are live, never stored: a subscriber sees those published
-after it subscribed, then one final event when the job ends.
+``Backend.watch_job``).  Events are live: a subscriber sees those published after it
+subscribed, then one final event when the job ends.  The last one is also kept on the job
+(:mod:`._job_logs`, ``JobInfo.progress``) for readers that come later.
 
 On the wire an event is ``{"percent": p, "data": d, "at": t}`` through the backend's codec
 (sealed like payloads: progress data may be as private as the payload it describes).
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
     from ._models import Job
     from ._runtime import BackendRuntime
 
-__all__ = ["JobEvent", "Subscription", "publish_progress"]
+__all__ = ["JobEvent", "Subscription", "open_progress", "publish_progress", "seal_progress"]
 
 log = logging.getLogger("blamequeue")
 
@@ -62,21 +63,30 @@ def progress_place(queue: str, job_id: str) -> bytes:
     return job_place("progress", queue, job_id)
 
 
-async def publish_progress(runtime: BackendRuntime, job: Job, percent: float, data: Any) -> None:
-    """Hand one progress event to the backend for subscribers in any process.  Best effort:
-    a backend that cannot publish it just logs, the handler carries on."""
-    backend = runtime.backend
-    now = runtime.clock.now()
+def seal_progress(runtime: BackendRuntime, job: Job, percent: float, data: Any, now: float) -> str:
+    """One progress event, sealed for its job: what is published and what is kept."""
     # Encoded on every backend, so data JSON cannot hold (or over max_payload_bytes) fails
     # the same way everywhere.
     text = dumps({"percent": float(percent), "data": data, "at": now}, runtime.max_payload_bytes)
-    event = runtime.codec.seal_text(text, progress_place(job.queue, job.id))
+    return runtime.codec.seal_text(text, progress_place(job.queue, job.id))
+
+
+def open_progress(runtime: BackendRuntime, event: str, queue: str, job_id: str) -> Any:
+    """The body of a sealed progress event: ``{"percent", "data", "at"}``; raises
+    ``queue/unseal-failed`` (or a missing key) as the codec does."""
+    return runtime.codec.decode_payload(event, progress_place(queue, job_id))
+
+
+async def publish_progress(runtime: BackendRuntime, job_id: str, event: str, now: float) -> None:
+    """Hand one sealed progress event to the backend for subscribers in any process.  Best
+    effort: a backend that cannot publish it just logs, the handler carries on."""
+    backend = runtime.backend
     if not isinstance(backend, JobEvents):
         return
     try:
-        await backend.publish_progress(job.id, event, now=now)
+        await backend.publish_progress(job_id, event, now=now)
     except QueueError as exc:
-        log.debug("progress event of job %s not published: %s", job.id, exc)
+        log.debug("progress event of job %s not published: %s", job_id, exc)
 
 
 class Subscription:
@@ -178,7 +188,7 @@ class Subscription:
     def _progress(self, event: str) -> JobEvent | None:
         try:
             queue = self._last.queue if self._last is not None else ""
-            body = self._runtime.codec.decode_payload(event, progress_place(queue, self.job_id))
+            body = open_progress(self._runtime, event, queue, self.job_id)
             return JobEvent(
                 job_id=self.job_id,
                 kind="progress",

@@ -40,6 +40,7 @@ from ._inspection import (
     to_queue_info,
     to_worker_info,
 )
+from ._job_logs import last_progress, read_logs
 from ._job_seals import CONTEXT_META_KEY, meta_text, seal_jobs
 from ._limits import check_group_key, parse_lease_limits
 from ._metrics import FLUSH_INTERVAL, QueueMetrics, check_window, flush_metrics, read_metrics
@@ -54,6 +55,7 @@ from ._models import (
     FlowStatus,
     Job,
     JobInfo,
+    JobLogLine,
     JobPage,
     QueueInfo,
     RateLimit,
@@ -66,7 +68,7 @@ from ._plugins import load_registry
 from ._presence import LIVE_FOR
 from ._progress import Subscription
 from ._records import RecordStore
-from ._results import check_timeout, require_results, wait_for_result
+from ._results import check_timeout, not_found, require_results, wait_for_result
 from ._runtime import BackendRuntime, build_runtime
 from ._schedules import Overlap, Schedule, Scheduler, ScheduleStatus
 from ._sealing import parse_seal_config
@@ -1192,7 +1194,27 @@ class Queue:
         stored = await runtime.call(
             "get_job", lambda: Inspection.of(runtime.backend).get_job(job_id)
         )
-        return None if stored is None else to_job_info(runtime, stored)
+        if stored is None:
+            return None
+        [progress] = await last_progress(runtime, [stored])
+        return to_job_info(runtime, stored, progress)
+
+    async def job_logs(self, job_id: str, *, backend: str | None = None) -> list[JobLogLine]:
+        """The log of the job with ``job_id``: the lines its handler wrote with
+        :meth:`JobContext.log <blamequeue.JobContext.log>`, oldest first (at most the last
+        1,000), each with its time and the attempt that wrote it; ``[]`` for a job that wrote
+        none.  ``queue/job-not-found`` when the backend holds no such job (pruned after
+        ``retain_done``, purged, or unknown); ``queue/records-unsupported`` on a backend that
+        keeps no records (``sqs``)."""
+        runtime = self._runtime(backend)
+        check_job_id(job_id)
+        self.records(backend)  # refuses a backend without records before anything is read
+        stored = await runtime.call(
+            "get_job", lambda: Inspection.of(runtime.backend).get_job(job_id)
+        )
+        if stored is None:
+            raise not_found(runtime, job_id)
+        return await read_logs(runtime, stored)
 
     async def list_jobs(
         self,
@@ -1222,8 +1244,12 @@ class Queue:
                 queue_name, state=wanted, limit=limit, cursor=cursor
             ),
         )
+        progress = await last_progress(runtime, page.jobs)
         return JobPage(
-            jobs=[to_job_info(runtime, stored) for stored in page.jobs],
+            jobs=[
+                to_job_info(runtime, stored, last)
+                for stored, last in zip(page.jobs, progress, strict=True)
+            ],
             next_cursor=page.next_cursor,
         )
 

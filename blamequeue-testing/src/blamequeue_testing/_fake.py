@@ -26,6 +26,7 @@ import attrs
 
 from blamequeue._backoff import parse_backoff
 from blamequeue._codec import dumps
+from blamequeue._job_logs import check_message
 from blamequeue._job_seals import CONTEXT_META_KEY, TASK_META_KEY
 from blamequeue._models import Job
 from blamequeue._tasks import (
@@ -158,7 +159,7 @@ def _check_call(queue_name: Any, options: Mapping[str, Any]) -> None:
 
 
 class _ContextRecords:
-    """What a handler did with its context: lease extensions and progress reports."""
+    """What a handler did with its context: lease extensions, progress reports and log lines."""
 
     def __init__(
         self,
@@ -175,6 +176,11 @@ class _ContextRecords:
         """Each ``extend_lease(seconds)`` call, in order."""
         self.progress_updates: list[tuple[float, Any]] = []
         """Each ``progress(percent, data)`` call, in order."""
+        self.logs: list[str] = []
+        """Each ``log(message)`` call's text as a job's log keeps it, in order."""
+
+    def _log(self, message: Any) -> None:
+        self.logs.append(check_message(message))  # as the engine: a str, cut when too long
 
     def _extend(self, seconds: float) -> None:
         seconds = check_positive_seconds(seconds, "extend_lease() seconds")  # as the engine
@@ -199,8 +205,9 @@ class _ContextRecords:
 class FakeJobContext(_ContextRecords):
     """Stands in for ``blamequeue.JobContext`` for async handlers run by :meth:`QueueFake.run_job`.
 
-    ``extend_lease`` and ``progress`` check their arguments like the real ones and record the
-    call in :attr:`extensions` / :attr:`progress_updates`; nothing else happens.
+    ``extend_lease``, ``progress`` and ``log`` check their arguments like the real ones and
+    record the call in :attr:`extensions` / :attr:`progress_updates` / :attr:`logs`; nothing
+    else happens.
     """
 
     async def extend_lease(self, seconds: float) -> bool:
@@ -210,6 +217,9 @@ class FakeJobContext(_ContextRecords):
 
     async def progress(self, percent: float, data: Any = None) -> None:
         self._progress(percent, data)
+
+    async def log(self, message: str) -> None:
+        self._log(message)
 
     async def dependency_results(self) -> dict[str, Any]:
         """What :meth:`QueueFake.run_job` was given as ``dependency_results`` (``{}``)."""
@@ -225,6 +235,9 @@ class SyncFakeJobContext(_ContextRecords):
 
     def progress(self, percent: float, data: Any = None) -> None:
         self._progress(percent, data)
+
+    def log(self, message: str) -> None:
+        self._log(message)
 
     def dependency_results(self) -> dict[str, Any]:
         return dict(self._dependency_results)

@@ -61,6 +61,7 @@ from ._conformance.inspection import (
     TestWithoutInspection,
     TestWorkers,
 )
+from ._conformance.job_logs import TestJobLogs, TestLastProgress, TestWithoutJobLogs
 from ._conformance.leases import (
     TestExtendLease,
     TestHeartbeat,
@@ -121,8 +122,10 @@ __all__ = [
     "TestHandlers",
     "TestHealth",
     "TestHeartbeat",
+    "TestJobLogs",
     "TestLeaseFence",
     "TestLifecycle",
+    "TestLastProgress",
     "TestLifecycleErrors",
     "TestLimitArguments",
     "TestListJobs",
@@ -156,6 +159,7 @@ __all__ = [
     "TestWithoutDeadLetterQueue",
     "TestWithoutFlows",
     "TestWithoutInspection",
+    "TestWithoutJobLogs",
     "TestWithoutLimits",
     "TestWithoutRecords",
     "TestWithoutUniqueJobs",
