@@ -13,6 +13,7 @@ import anyio
 import attrs
 from anyio.abc import TaskGroup
 
+from . import _job_edits
 from ._audit import Auditor, AuditSink, registered_sinks
 from ._backoff import parse_backoff
 from ._batches import Batch, PendingBatch, all_batches, to_dispatches
@@ -1148,6 +1149,67 @@ class Queue:
         ``system.job.cancelled``.
         """
         return await cancel_job(self._runtime(backend), job_id)
+
+    # -- job control (SPEC §15, see _job_edits.py) -------------------------------------------
+    async def promote(self, job_id: str, *, backend: str | None = None) -> bool:
+        """Make the delayed job ``job_id`` due now; an idle consumer starts it at once.
+
+        Returns True when it moved, False when the job was already due, ``parked``, running
+        or finished (nothing changed).  An unknown id raises ``queue/job-not-found``; a backend
+        that cannot edit jobs (``sqs``) ``queue/job-edits-unsupported``.  Audit event
+        ``system.job.promoted``.
+        """
+        return await _job_edits.promote(self._runtime(backend), job_id)
+
+    async def change_delay(
+        self, job_id: str, seconds: float, *, backend: str | None = None
+    ) -> bool:
+        """Make the pending (due or delayed) job ``job_id`` due ``seconds`` from now (0: at
+        once); an idle consumer waits for the new time, sooner or later than the old one.
+
+        ``seconds`` is checked as ``enqueue``'s ``delay`` (``queue/bad-argument``).  Returns
+        False when the job is ``parked`` (it waits for its dependencies), running or finished.
+        Unknown id: ``queue/job-not-found``.  Audit event ``system.job.delay.changed``.
+        """
+        return await _job_edits.change_delay(self._runtime(backend), job_id, seconds)
+
+    async def change_priority(
+        self, job_id: str, priority: int, *, backend: str | None = None
+    ) -> bool:
+        """Give the pending (due, delayed) or ``parked`` job ``job_id`` the priority
+        ``priority`` (an int as ``enqueue`` takes it, else ``queue/bad-argument``); leasing
+        order follows it from the next lease on.
+
+        Returns False when the job is running or finished.  Unknown id:
+        ``queue/job-not-found``.  Audit event ``system.job.priority.changed``.
+        """
+        return await _job_edits.change_priority(self._runtime(backend), job_id, priority)
+
+    async def update_payload(
+        self, job_id: str, payload: Any, *, backend: str | None = None
+    ) -> bool:
+        """Replace the payload of the pending (due, delayed) or ``parked`` job ``job_id``; its
+        handler sees the new one.
+
+        The payload is checked as ``enqueue`` checks it (``queue/bad-payload``,
+        ``queue/payload-too-large``, nothing changed) and sealed for its job, as at enqueue.
+        Returns False when the job is running or finished.  Unknown id:
+        ``queue/job-not-found``.  Audit event ``system.job.payload.updated`` (never the
+        payload).
+        """
+        return await _job_edits.update_payload(self._runtime(backend), job_id, payload)
+
+    async def rerun(self, job_id: str, *, backend: str | None = None) -> bool:
+        """Run the ``done``, ``dead`` or ``cancelled`` job ``job_id`` again: back to pending,
+        due now, with its attempts reset, as ``dlq_retry`` does for a dead one (its result and
+        unique key dropped, its last error kept).
+
+        Returns False when the job is pending, ``parked`` or running.  Unknown id (or a done
+        job pruned after ``retain_done``): ``queue/job-not-found``.  Audited as
+        ``system.queue.dlq.retry`` for a dead job, ``system.job.rerun`` (``data["from"]``: the
+        state it left) for the others.
+        """
+        return await _job_edits.rerun(self._runtime(backend), job_id)
 
     async def dlq_size(self, queue_name: str, *, backend: str | None = None) -> int:
         runtime = self._dlq_runtime(backend)

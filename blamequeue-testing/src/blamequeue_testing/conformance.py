@@ -61,6 +61,7 @@ from ._conformance.inspection import (
     TestWithoutInspection,
     TestWorkers,
 )
+from ._conformance.job_edits import TestJobEdits, TestWithoutJobEdits
 from ._conformance.leases import (
     TestExtendLease,
     TestHeartbeat,
@@ -121,6 +122,7 @@ __all__ = [
     "TestHandlers",
     "TestHealth",
     "TestHeartbeat",
+    "TestJobEdits",
     "TestLeaseFence",
     "TestLifecycle",
     "TestLifecycleErrors",
@@ -156,6 +158,7 @@ __all__ = [
     "TestWithoutDeadLetterQueue",
     "TestWithoutFlows",
     "TestWithoutInspection",
+    "TestWithoutJobEdits",
     "TestWithoutLimits",
     "TestWithoutRecords",
     "TestWithoutUniqueJobs",
