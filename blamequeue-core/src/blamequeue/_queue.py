@@ -13,7 +13,6 @@ import anyio
 import attrs
 from anyio.abc import TaskGroup
 
-from . import _job_edits
 from ._audit import Auditor, AuditSink, registered_sinks
 from ._backoff import parse_backoff
 from ._batches import Batch, PendingBatch, all_batches, to_dispatches
@@ -41,6 +40,7 @@ from ._inspection import (
     to_queue_info,
     to_worker_info,
 )
+from ._job_edits import change_delay, change_priority, promote, rerun, update_payload
 from ._job_seals import CONTEXT_META_KEY, meta_text, seal_jobs
 from ._limits import check_group_key, parse_lease_limits
 from ._metrics import FLUSH_INTERVAL, QueueMetrics, check_window, flush_metrics, read_metrics
@@ -1159,7 +1159,7 @@ class Queue:
         that cannot edit jobs (``sqs``) ``queue/job-edits-unsupported``.  Audit event
         ``system.job.promoted``.
         """
-        return await _job_edits.promote(self._runtime(backend), job_id)
+        return await promote(self._runtime(backend), job_id)
 
     async def change_delay(
         self, job_id: str, seconds: float, *, backend: str | None = None
@@ -1171,7 +1171,7 @@ class Queue:
         False when the job is ``parked`` (it waits for its dependencies), running or finished.
         Unknown id: ``queue/job-not-found``.  Audit event ``system.job.delay.changed``.
         """
-        return await _job_edits.change_delay(self._runtime(backend), job_id, seconds)
+        return await change_delay(self._runtime(backend), job_id, seconds)
 
     async def change_priority(
         self, job_id: str, priority: int, *, backend: str | None = None
@@ -1183,7 +1183,7 @@ class Queue:
         Returns False when the job is running or finished.  Unknown id:
         ``queue/job-not-found``.  Audit event ``system.job.priority.changed``.
         """
-        return await _job_edits.change_priority(self._runtime(backend), job_id, priority)
+        return await change_priority(self._runtime(backend), job_id, priority)
 
     async def update_payload(
         self, job_id: str, payload: Any, *, backend: str | None = None
@@ -1197,7 +1197,7 @@ class Queue:
         ``queue/job-not-found``.  Audit event ``system.job.payload.updated`` (never the
         payload).
         """
-        return await _job_edits.update_payload(self._runtime(backend), job_id, payload)
+        return await update_payload(self._runtime(backend), job_id, payload)
 
     async def rerun(self, job_id: str, *, backend: str | None = None) -> bool:
         """Run the ``done``, ``dead`` or ``cancelled`` job ``job_id`` again: back to pending,
@@ -1209,7 +1209,7 @@ class Queue:
         ``system.queue.dlq.retry`` for a dead job, ``system.job.rerun`` (``data["from"]``: the
         state it left) for the others.
         """
-        return await _job_edits.rerun(self._runtime(backend), job_id)
+        return await rerun(self._runtime(backend), job_id)
 
     async def dlq_size(self, queue_name: str, *, backend: str | None = None) -> int:
         runtime = self._dlq_runtime(backend)
