@@ -35,6 +35,7 @@ EXTENSION_CODES = {
     "queue/results-unsupported",
     "queue/cancel-unsupported",
     "queue/records-unsupported",
+    "queue/job-edits-unsupported",
 }
 
 

@@ -163,6 +163,19 @@ class CancelOutcome:
 
 
 @attrs.frozen(kw_only=True)
+class EditOutcome:
+    """What one edit of a stored job (:class:`~blamequeue.abc.JobEdits`) found and did."""
+
+    job: StoredJob
+    """The job as stored after the call."""
+    applied: bool
+    """True when this call changed the job; False when its state did not allow the edit and
+    nothing changed."""
+    was: JobState
+    """The job's state before the call."""
+
+
+@attrs.frozen(kw_only=True)
 class SweepResult:
     """What one :meth:`Backend.sweep` did."""
 

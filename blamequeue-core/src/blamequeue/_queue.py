@@ -40,6 +40,7 @@ from ._inspection import (
     to_queue_info,
     to_worker_info,
 )
+from ._job_edits import change_delay, change_priority, promote, rerun, update_payload
 from ._job_logs import last_progress, read_logs
 from ._job_seals import CONTEXT_META_KEY, meta_text, seal_jobs
 from ._limits import check_group_key, parse_lease_limits
@@ -1150,6 +1151,67 @@ class Queue:
         ``system.job.cancelled``.
         """
         return await cancel_job(self._runtime(backend), job_id)
+
+    # -- job control (SPEC §15, see _job_edits.py) -------------------------------------------
+    async def promote(self, job_id: str, *, backend: str | None = None) -> bool:
+        """Make the delayed job ``job_id`` due now; an idle consumer starts it at once.
+
+        Returns True when it moved, False when the job was already due, ``parked``, running
+        or finished (nothing changed).  An unknown id raises ``queue/job-not-found``; a backend
+        that cannot edit jobs (``sqs``) ``queue/job-edits-unsupported``.  Audit event
+        ``system.job.promoted``.
+        """
+        return await promote(self._runtime(backend), job_id)
+
+    async def change_delay(
+        self, job_id: str, seconds: float, *, backend: str | None = None
+    ) -> bool:
+        """Make the pending (due or delayed) job ``job_id`` due ``seconds`` from now (0: at
+        once); an idle consumer waits for the new time, sooner or later than the old one.
+
+        ``seconds`` is checked as ``enqueue``'s ``delay`` (``queue/bad-argument``).  Returns
+        False when the job is ``parked`` (it waits for its dependencies), running or finished.
+        Unknown id: ``queue/job-not-found``.  Audit event ``system.job.delay.changed``.
+        """
+        return await change_delay(self._runtime(backend), job_id, seconds)
+
+    async def change_priority(
+        self, job_id: str, priority: int, *, backend: str | None = None
+    ) -> bool:
+        """Give the pending (due, delayed) or ``parked`` job ``job_id`` the priority
+        ``priority`` (an int as ``enqueue`` takes it, else ``queue/bad-argument``); leasing
+        order follows it from the next lease on.
+
+        Returns False when the job is running or finished.  Unknown id:
+        ``queue/job-not-found``.  Audit event ``system.job.priority.changed``.
+        """
+        return await change_priority(self._runtime(backend), job_id, priority)
+
+    async def update_payload(
+        self, job_id: str, payload: Any, *, backend: str | None = None
+    ) -> bool:
+        """Replace the payload of the pending (due, delayed) or ``parked`` job ``job_id``; its
+        handler sees the new one.
+
+        The payload is checked as ``enqueue`` checks it (``queue/bad-payload``,
+        ``queue/payload-too-large``, nothing changed) and sealed for its job, as at enqueue.
+        Returns False when the job is running or finished.  Unknown id:
+        ``queue/job-not-found``.  Audit event ``system.job.payload.updated`` (never the
+        payload).
+        """
+        return await update_payload(self._runtime(backend), job_id, payload)
+
+    async def rerun(self, job_id: str, *, backend: str | None = None) -> bool:
+        """Run the ``done``, ``dead`` or ``cancelled`` job ``job_id`` again: back to pending,
+        due now, with its attempts reset, as ``dlq_retry`` does for a dead one (its result and
+        unique key dropped, its last error kept).
+
+        Returns False when the job is pending, ``parked`` or running.  Unknown id (or a done
+        job pruned after ``retain_done``): ``queue/job-not-found``.  Audited as
+        ``system.queue.dlq.retry`` for a dead job, ``system.job.rerun`` (``data["from"]``: the
+        state it left) for the others.
+        """
+        return await rerun(self._runtime(backend), job_id)
 
     async def dlq_size(self, queue_name: str, *, backend: str | None = None) -> int:
         runtime = self._dlq_runtime(backend)

@@ -67,6 +67,7 @@ from ._backend_values import (
     BackendContext,
     CancelOutcome,
     Clock,
+    EditOutcome,
     JobCursor,
     JobState,
     JobWatch,
@@ -96,9 +97,11 @@ __all__ = [
     "Capabilities",
     "Clock",
     "DeadLetters",
+    "EditOutcome",
     "Flows",
     "GroupLimits",
     "Inspection",
+    "JobEdits",
     "JobEvents",
     "NextDue",
     "OverlappedLease",
@@ -162,6 +165,7 @@ class Capabilities:
     * ``results``: :class:`Results`.
     * ``progress_events``: :class:`JobEvents`.
     * ``cancel``: :class:`Cancellation`.
+    * ``job_edits``: :class:`JobEdits`.
     * ``cross_process_wakeup``: :class:`Wakeup`.
     * ``next_due``: :class:`NextDue`.
     * ``wait_and_lease``: :class:`WaitAndLease` (speed only).
@@ -182,6 +186,7 @@ class Capabilities:
     results: bool = False
     progress_events: bool = False
     cancel: bool = False
+    job_edits: bool = False
     cross_process_wakeup: bool = False
     next_due: bool = False
     wait_and_lease: bool = False
@@ -217,9 +222,10 @@ class Backend(abc.ABC):
     lease, settle (complete, retry, dead-letter, release), extend, sweep, size and purge.  Then
     inherit the optional facets (:class:`DeadLetters`, :class:`Flows`, :class:`Records`,
     :class:`Uniqueness`, :class:`RateLimits`, :class:`GroupLimits`, :class:`Inspection`,
-    :class:`Results`, :class:`JobEvents`, :class:`Cancellation`, :class:`Wakeup`,
-    :class:`NextDue`, :class:`WaitAndLease`, :class:`OverlappedLease`) your store can hold:
-    each adds its methods, and :attr:`capabilities` follows from the facets a class inherits.
+    :class:`Results`, :class:`JobEvents`, :class:`Cancellation`, :class:`JobEdits`,
+    :class:`Wakeup`, :class:`NextDue`, :class:`WaitAndLease`, :class:`OverlappedLease`) your
+    store can hold: each adds its methods, and :attr:`capabilities` follows from the facets a
+    class inherits.
 
     Construction takes no I/O: validate ``options`` and raise
     :class:`~blamequeue.errors.ConfigError` (``queue/invalid-config``) for anything wrong,
@@ -754,6 +760,77 @@ class Cancellation(Backend):
         """
 
 
+class JobEdits(Inspection):
+    """Facet: editing a waiting job, and running a finished one again, by id
+    (``Queue.promote``, ``change_delay``, ``change_priority``, ``update_payload``,
+    ``rerun``).  ``update_payload`` reads the job first (its queue, flow and ``meta`` are the
+    place its new payload is sealed for), so this facet needs :class:`Inspection` too.
+
+    Each method is **one atomic step** in the store (one statement, one script, one critical
+    section), conditional on the job's state at that moment, never a read followed by a write
+    decided on it: an edit racing a lease either lands before it (the lease sees the edited
+    job) or finds the job ``inflight`` and changes nothing.  ``inflight`` jobs are never
+    edited.  Each returns ``None`` when the store holds no job ``job_id``, else an
+    :class:`EditOutcome`: the job as stored after the call, whether the edit applied, and the
+    state the job was in.  A pending job that an edit makes due (or due sooner) must reach
+    consumers as an enqueue would: a store that wakes idle consumers of other processes on
+    enqueue (:class:`Wakeup`, a signal list, a notification) does so here too, so a consumer
+    waiting for the old due time (:class:`NextDue`) starts the job at the new one.  Same-process
+    consumers are woken by the core.
+    """
+
+    capability = "job_edits"
+    refusal: ClassVar[Refusal | None] = (
+        "queue/job-edits-unsupported",
+        "edit or rerun a job by id",
+        "e.g. 'local', 'redis', 'memory'",
+    )
+
+    @abc.abstractmethod
+    async def promote(self, job_id: str, *, now: float) -> EditOutcome | None:
+        """Make a ``pending`` job whose ``available_at`` is later than ``now`` due at ``now``
+        (leasing order then ranks it by that ``available_at``).  Applies to nothing else: a
+        job already due, ``parked``, ``inflight`` or finished is left as it is."""
+
+    @abc.abstractmethod
+    async def change_delay(
+        self, job_id: str, *, available_at: float, now: float
+    ) -> EditOutcome | None:
+        """Set the ``available_at`` of a ``pending`` job (due or delayed) to ``available_at``
+        (the core passes ``now + seconds``; ``now`` is the caller's clock, for a store that
+        files due and delayed jobs apart).  Applies to nothing else: a ``parked`` job waits
+        for its dependencies, not for a time."""
+
+    @abc.abstractmethod
+    async def change_priority(self, job_id: str, *, priority: int) -> EditOutcome | None:
+        """Set the ``priority`` of a ``pending`` (due or delayed) or ``parked`` job; leasing
+        order follows the new priority from the next lease on.  Applies to nothing else."""
+
+    @abc.abstractmethod
+    async def update_payload(
+        self, job_id: str, payload: str, *, queue: str, flow_id: str | None, meta: str | None
+    ) -> EditOutcome | None:
+        """Replace the payload of a ``pending`` (due or delayed) or ``parked`` job with
+        ``payload`` (opaque text from the core, stored verbatim, as in :meth:`enqueue`).
+
+        The core sealed ``payload`` for the job's place as it read it: ``queue``, ``flow_id``
+        and ``meta``.  Apply only when the job still has exactly those (a job purged and
+        enqueued again under the same id meanwhile has another place): otherwise change
+        nothing and answer ``applied=False``, and the core reads the job again.  Applies to
+        no other state."""
+
+    @abc.abstractmethod
+    async def rerun(self, job_id: str, *, now: float) -> EditOutcome | None:
+        """Move a ``done``, ``dead`` or ``cancelled`` job back to ``pending``, due at ``now``,
+        with ``attempts = 0``, as :meth:`DeadLetters.dlq_retry` does for a dead one: no
+        ``finished_at``, no ``result``, no lease (an old token settles and extends nothing),
+        and without its unique key (it holds none; an enqueue with that key stores a new
+        job).  ``last_error`` stays, as after ``dlq_retry``.  The job leaves the indexes of its
+        finished state (retention, the DLQ).  Applies to no live state (``pending``,
+        ``inflight``, ``parked``).  A flow job's parked dependants stay parked until it is
+        ``done`` again."""
+
+
 class Wakeup(Backend):
     """Facet: :meth:`wait_for_work` returns early when another process enqueues (a blocking
     pop, a notification, a file's change), so an idle consumer starts new work at once instead
@@ -835,6 +912,7 @@ FACETS: tuple[type[Backend], ...] = (
     Results,
     JobEvents,
     Cancellation,
+    JobEdits,
     Wakeup,
     NextDue,
     WaitAndLease,

@@ -16,7 +16,8 @@ The tree::
     ├── UnsupportedError               queue/dlq-unsupported, queue/flow-unsupported,
     │                                  queue/inspection-unsupported, queue/limits-unsupported,
     │                                  queue/unique-unsupported, queue/results-unsupported,
-    │                                  queue/cancel-unsupported, queue/records-unsupported
+    │                                  queue/cancel-unsupported, queue/records-unsupported,
+    │                                  queue/job-edits-unsupported
     ├── BackendUnavailableError        queue/backend-unavailable (retryable)
     ├── ResultTimeoutError (TimeoutError)  queue/result-timeout
     ├── JobFailedError                 queue/job-failed (.job_id, .state, .last_error)
@@ -55,6 +56,7 @@ ErrorCode = Literal[
     "queue/inspection-unsupported",
     "queue/limits-unsupported",
     "queue/cancel-unsupported",
+    "queue/job-edits-unsupported",
     "queue/bad-flow",
     "queue/flow-cycle",
     "queue/flow-unknown-dep",
@@ -134,7 +136,7 @@ class UnsupportedError(QueueError):
     ``queue/flow-unsupported``, ``queue/inspection-unsupported``,
     ``queue/limits-unsupported``, ``queue/unique-unsupported``,
     ``queue/results-unsupported``, ``queue/cancel-unsupported``,
-    ``queue/records-unsupported``)."""
+    ``queue/records-unsupported``, ``queue/job-edits-unsupported``)."""
 
 
 class BackendUnavailableError(QueueError):

@@ -29,9 +29,11 @@ from blamequeue.abc import (
     Cancellation,
     CancelOutcome,
     DeadLetters,
+    EditOutcome,
     Flows,
     GroupLimits,
     JobCursor,
+    JobEdits,
     JobEvents,
     JobState,
     JobWatch,
@@ -169,6 +171,7 @@ class LocalBackend(
     DeadLetters,
     Flows,
     GroupLimits,
+    JobEdits,
     JobEvents,
     NextDue,
     RateLimits,
@@ -571,6 +574,52 @@ class LocalBackend(
         # Nothing live to cancel: say whether the job exists (a read, deciding nothing).
         found = await self.get_job(job_id)
         return None if found is None else CancelOutcome(job=found, cancelled=False)
+
+    # -- job edits ---------------------------------------------------------------------------
+    async def _edit(self, sql: str, params: Sequence[Any], job_id: str) -> EditOutcome | None:
+        """One conditional statement; when it changed nothing, say whether the job exists (a
+        read, deciding nothing)."""
+        row = await self._one(sql, params)
+        if row is not None:
+            # Each edit applies to one state only or keeps it, so the state is the one it had.
+            job = stored_job(row)
+            return EditOutcome(job=job, applied=True, was=job.state)
+        found = await self.get_job(job_id)
+        return None if found is None else EditOutcome(job=found, applied=False, was=found.state)
+
+    async def promote(self, job_id: str, *, now: float) -> EditOutcome | None:
+        return await self._edit(self._sql.promote, (job_id, now), job_id)
+
+    async def change_delay(
+        self, job_id: str, *, available_at: float, now: float
+    ) -> EditOutcome | None:
+        return await self._edit(self._sql.change_delay, (job_id, available_at), job_id)
+
+    async def change_priority(self, job_id: str, *, priority: int) -> EditOutcome | None:
+        return await self._edit(self._sql.change_priority, (job_id, priority), job_id)
+
+    async def update_payload(
+        self, job_id: str, payload: str, *, queue: str, flow_id: str | None, meta: str | None
+    ) -> EditOutcome | None:
+        params = (job_id, payload, queue, flow_id, meta)
+        return await self._edit(self._sql.update_payload, params, job_id)
+
+    async def rerun(self, job_id: str, *, now: float) -> EditOutcome | None:
+        # Read the job, then move it with a compare-and-set on its state and finish time: the
+        # write is still one atomic statement, and the state it left is exactly the one read.
+        for _ in range(_DLQ_RETRY_ATTEMPTS):
+            read = await self._one(self._sql.get_job, (job_id,))
+            if read is None:
+                return None
+            found = stored_job(read)
+            if found.state not in ("done", "dead", "cancelled"):
+                return EditOutcome(job=found, applied=False, was=found.state)
+            row = await self._one(self._sql.rerun, (now, read[15], read[2], read[14]))
+            if row is not None:
+                return EditOutcome(job=stored_job(row), applied=True, was=found.state)
+        raise BackendUnavailableError(
+            f"{self._where}: job {job_id!r} kept changing while being rerun; try again"
+        )
 
     # -- flows -----------------------------------------------------------------------------
     async def flow_jobs(self, flow_id: str) -> list[StoredJob]:

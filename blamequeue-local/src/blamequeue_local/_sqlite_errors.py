@@ -16,6 +16,7 @@ from blamequeue.errors import QueueError
 
 __all__ = ["map_store_error"]
 
+
 def _primary_code(exc: BaseException) -> int | None:
     """The primary result code (the low byte of the extended one), one of ``sqlite3.SQLITE_*``."""
     code = getattr(exc, "sqlite_errorcode", None)

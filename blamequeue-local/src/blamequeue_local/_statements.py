@@ -429,6 +429,44 @@ class Statements:
 
         self.dlq_size = f"SELECT count(*) FROM {t} WHERE queue = ?1 AND state = 'dead'"
 
+        # -- job edits: each one statement, conditional on the job's state ---------------------
+        # Params: job id, now.  Only a pending job not yet due.
+        self.promote = f"""
+            UPDATE {t} SET available_at = ?2
+            WHERE id = ?1 AND state = 'pending' AND available_at > ?2
+            RETURNING {COLUMNS}"""
+
+        # Params: job id, available_at.
+        self.change_delay = f"""
+            UPDATE {t} SET available_at = ?2
+            WHERE id = ?1 AND state = 'pending'
+            RETURNING {COLUMNS}"""
+
+        # Params: job id, priority.
+        self.change_priority = f"""
+            UPDATE {t} SET priority = ?2
+            WHERE id = ?1 AND state IN ('pending', 'parked')
+            RETURNING {COLUMNS}"""
+
+        # Params: job id, payload, and the place it was sealed for: queue, flow_id, meta.
+        self.update_payload = f"""
+            UPDATE {t} SET payload = ?2
+            WHERE id = ?1 AND state IN ('pending', 'parked')
+              AND queue = ?3 AND flow_id IS ?4 AND meta IS ?5
+            RETURNING {COLUMNS}"""
+
+        # A finished job back to pending, as dlq_retry moves a dead one; compare-and-set on
+        # the state and finish time read just before, so the state it left is known exactly.
+        # Params: now, seq, state, finished_at.
+        self.rerun = f"""
+            UPDATE {t}
+            SET state = 'pending', attempts = 0, available_at = ?1, finished_at = NULL,
+                lease_token = NULL, lease_expires_at = NULL, unique_key = NULL,
+                unique_until = NULL, result = NULL
+            WHERE seq = ?2 AND state = ?3 AND state IN ('done', 'dead', 'cancelled')
+              AND finished_at IS ?4
+            RETURNING {COLUMNS}"""
+
         self.dlq_purge = f"DELETE FROM {t} WHERE queue = ?1 AND state = 'dead'"
 
         # -- inspection ----------------------------------------------------------------------

@@ -29,7 +29,7 @@ import math
 import secrets
 import threading
 from collections import deque
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
 import anyio
@@ -42,9 +42,11 @@ from blamequeue.abc import (
     Cancellation,
     CancelOutcome,
     DeadLetters,
+    EditOutcome,
     Flows,
     GroupLimits,
     JobCursor,
+    JobEdits,
     JobEvents,
     JobState,
     JobWatch,
@@ -417,6 +419,7 @@ class MemoryBackend(
     DeadLetters,
     Flows,
     GroupLimits,
+    JobEdits,
     JobEvents,
     NextDue,
     RateLimits,
@@ -810,6 +813,84 @@ class MemoryBackend(
             store.move(row, "cancelled")
             heapq.heappush(store.retained, (now, row.seq, row.version, row))
             return CancelOutcome(job=row.snapshot(), cancelled=True)
+
+    # -- job edits ---------------------------------------------------------------------------
+    async def _edit(
+        self, job_id: str, states: tuple[JobState, ...], apply: Callable[[_Row], bool]
+    ) -> EditOutcome | None:
+        """One edit in one critical section: ``apply`` changes the row when its state is one of
+        ``states`` and answers whether it did."""
+        await anyio.lowlevel.checkpoint()
+        store = self._store
+        with store.lock:
+            row = store.jobs.get(job_id)
+            if row is None:
+                return None
+            was = row.state
+            applied = was in states and apply(row)
+            return EditOutcome(job=row.snapshot(), applied=applied, was=was)
+
+    def _refile(self, row: _Row) -> None:
+        """A pending row's due time or priority changed: its heap entries go stale (the
+        version moves on) and it is filed again; waiting consumers are told."""
+        row.version += 1
+        self._store.pend(row)
+        self._store.notify(row.queue)
+
+    async def promote(self, job_id: str, *, now: float) -> EditOutcome | None:
+        def apply(row: _Row) -> bool:
+            if row.available_at <= now:
+                return False
+            row.available_at = now
+            self._refile(row)
+            return True
+
+        return await self._edit(job_id, ("pending",), apply)
+
+    async def change_delay(
+        self, job_id: str, *, available_at: float, now: float
+    ) -> EditOutcome | None:
+        def apply(row: _Row) -> bool:
+            row.available_at = available_at
+            self._refile(row)
+            return True
+
+        return await self._edit(job_id, ("pending",), apply)
+
+    async def change_priority(self, job_id: str, *, priority: int) -> EditOutcome | None:
+        def apply(row: _Row) -> bool:
+            row.priority = priority
+            if row.state == "pending":
+                self._refile(row)
+            return True
+
+        return await self._edit(job_id, ("pending", "parked"), apply)
+
+    async def update_payload(
+        self, job_id: str, payload: str, *, queue: str, flow_id: str | None, meta: str | None
+    ) -> EditOutcome | None:
+        def apply(row: _Row) -> bool:
+            if (row.queue, row.flow_id, row.meta) != (queue, flow_id, meta):
+                return False  # another job under this id: the payload was sealed for the old
+            row.payload = payload
+            return True
+
+        return await self._edit(job_id, ("pending", "parked"), apply)
+
+    async def rerun(self, job_id: str, *, now: float) -> EditOutcome | None:
+        def apply(row: _Row) -> bool:
+            row.unique_key = row.unique_until = None  # back without its unique key
+            row.attempts = 0
+            row.available_at = now
+            row.finished_at = None
+            row.result = None
+            row.token = None
+            self._store.move(row, "pending")  # the retention heap's entry goes stale
+            self._store.pend(row)
+            self._store.notify(row.queue)
+            return True
+
+        return await self._edit(job_id, ("done", "dead", "cancelled"), apply)
 
     # -- flows -----------------------------------------------------------------------------
     async def flow_jobs(self, flow_id: str) -> list[StoredJob]:

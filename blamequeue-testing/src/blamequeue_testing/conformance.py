@@ -61,6 +61,7 @@ from ._conformance.inspection import (
     TestWithoutInspection,
     TestWorkers,
 )
+from ._conformance.job_edits import TestJobEdits, TestWithoutJobEdits
 from ._conformance.job_logs import TestJobLogs, TestLastProgress, TestWithoutJobLogs
 from ._conformance.leases import (
     TestExtendLease,
@@ -122,6 +123,7 @@ __all__ = [
     "TestHandlers",
     "TestHealth",
     "TestHeartbeat",
+    "TestJobEdits",
     "TestJobLogs",
     "TestLeaseFence",
     "TestLifecycle",
@@ -159,6 +161,7 @@ __all__ = [
     "TestWithoutDeadLetterQueue",
     "TestWithoutFlows",
     "TestWithoutInspection",
+    "TestWithoutJobEdits",
     "TestWithoutJobLogs",
     "TestWithoutLimits",
     "TestWithoutRecords",

@@ -426,9 +426,7 @@ async def _measure(
         result["lateness"] = lateness
     if config["protocol"] in _CROSS_PROCESS:
         status.begin("idle latency from another process", args.samples)
-        samples, late = await _from_another_process(
-            queue, config, args.loop, args.samples, status
-        )
+        samples, late = await _from_another_process(queue, config, args.loop, args.samples, status)
         result["latency_other_process"] = _summary(samples)
         result.setdefault("lateness", {})["delayed_other_process"] = _summary(late)
     result["backlog"] = [
