@@ -72,6 +72,7 @@ def test_value_types_are_frozen_attrs_with_the_specified_fields() -> None:
             "moved_to_dlq",
             "may_have_more",
             "queue_depth",
+            "deferred",
         ],
         blamequeue.DeadLetter: [
             "job_id",

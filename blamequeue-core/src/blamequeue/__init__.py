@@ -45,7 +45,7 @@ from ._notifications import (
     WebhookChannel,
     verify_signature,
 )
-from ._outcomes import UnrecoverableError
+from ._outcomes import RateLimited, RetryLater, UnrecoverableError
 from ._progress import JobEvent, Subscription
 from ._queue import Queue
 from ._schedules import Every, Schedule, ScheduleStatus
@@ -113,6 +113,8 @@ __all__ = [
     "TaskRegistry",
     "TickResult",
     "UnrecoverableError",
+    "RateLimited",
+    "RetryLater",
     "WebhookChannel",
     "WorkerInfo",
     "__version__",

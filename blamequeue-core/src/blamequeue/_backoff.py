@@ -3,27 +3,41 @@
 The default is deterministic exponential: after the n-th failed attempt a job waits
 ``min(1 s * 2**(n-1), 300 s)``.  Jitter is optional and reproducible: it is derived from a hash of
 the job id and the attempt number, so a test can predict every delay.
+
+A task or a consumer may also compute the delay with a function of the attempt and the error
+(:data:`BackoffFunction`, SPEC §15).  A function cannot travel inside a stored job, so it lives
+where the task is registered or ``consume`` was called; which backoff applies to a failed
+attempt is decided once, by :func:`retry_delay`: the job's own, then the task's, then
+``consume``'s (or ``tick``'s), then the backend's.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
-from typing import Any, Protocol, runtime_checkable
+import inspect
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol, TypeAlias, runtime_checkable
 
 import attrs
 
 from ._validation import MAX_SECONDS_TEXT, is_duration
-from .errors import BadArgumentError
+from .errors import BadArgumentError, QueueError
 
 __all__ = [
     "Backoff",
+    "BackoffFunction",
+    "BackoffOption",
     "ExponentialBackoff",
     "FixedBackoff",
     "LinearBackoff",
     "ScheduleBackoff",
     "parse_backoff",
+    "parse_backoff_option",
+    "retry_delay",
 ]
+
+log = logging.getLogger("blamequeue")
 
 
 @runtime_checkable
@@ -182,6 +196,12 @@ def parse_backoff(value: Any, *, where: str = "backoff") -> Backoff:
                 "queue/bad-argument", f"{where}: bad options for strategy {name!r}: {exc}"
             ) from exc
         return result
+    if callable(value) and not isinstance(value, type):
+        raise BadArgumentError(
+            "queue/bad-argument",
+            f"{where}: a backoff function cannot be stored with a job; declare it on the task "
+            f"(@queue.task(backoff=...)) or give it to consume(..., backoff=...)",
+        )
     raise BadArgumentError(
         "queue/bad-argument",
         f"{where} must be a Backoff, a list of delays like [10, 30, 60], or a mapping like "
@@ -191,3 +211,100 @@ def parse_backoff(value: Any, *, where: str = "backoff") -> Backoff:
 
 def backoff_spec(value: Sequence[float] | Mapping[str, Any] | Backoff) -> dict[str, Any]:
     return parse_backoff(value).to_spec()
+
+
+BackoffFunction: TypeAlias = Callable[[int, BaseException], float]
+"""``(attempt, error) -> seconds``: ``attempt`` is the number of the attempt that just failed
+(1 for the first), ``error`` what it raised; the answer is the delay in seconds."""
+
+BackoffOption: TypeAlias = Backoff | Sequence[float] | Mapping[str, Any] | BackoffFunction
+"""What a task's or ``consume``'s ``backoff`` takes: a strategy, a list of delays, a mapping
+spec (as :func:`parse_backoff` reads them) or a :data:`BackoffFunction`."""
+
+
+def parse_backoff_option(value: Any, *, where: str = "backoff") -> Backoff | BackoffFunction | None:
+    """A task's or a consumer's backoff, checked where it is declared: ``None``, a strategy
+    (from anything :func:`parse_backoff` reads) or a plain function; anything else, an
+    ``async`` function included, is ``queue/bad-argument``."""
+    if value is None or isinstance(value, Backoff):
+        return value
+    if callable(value) and not isinstance(value, type):
+        if inspect.iscoroutinefunction(value) or inspect.iscoroutinefunction(
+            getattr(value, "__call__", None)  # noqa: B004 - async callable objects
+        ):
+            raise BadArgumentError(
+                "queue/bad-argument",
+                f"{where} must be a plain function (attempt, error) -> seconds, not an async "
+                f"one: the delay is decided inside the settlement, got {value!r}",
+            )
+        function: BackoffFunction = value
+        return function
+    if isinstance(value, str | bytes) or not isinstance(value, list | tuple | Mapping):
+        raise BadArgumentError(
+            "queue/bad-argument",
+            f"{where} must be a function (attempt, error) -> seconds, a Backoff, a list of "
+            f"delays like [10, 30, 60], or a mapping like "
+            f'{{"strategy": "exponential", "base": 1, "cap": 300}}; got {type(value).__name__}',
+        )
+    return parse_backoff(value, where=where)
+
+
+def _asked(
+    function: BackoffFunction, attempt: int, error: BaseException, job_id: str
+) -> float | None:
+    """The answer of a backoff function, or ``None`` (logged) when it is not a delay."""
+    try:
+        answer: Any = function(attempt, error)
+    except Exception as exc:
+        log.warning(
+            "job %s: the backoff function %r raised %r; using the backend's backoff",
+            job_id,
+            function,
+            exc,
+            extra={"job_id": job_id, "attempt": attempt},
+        )
+        return None
+    if inspect.iscoroutine(answer):
+        answer.close()  # never awaited: a delay is a number, not a coroutine
+    if not is_duration(answer):
+        log.warning(
+            "job %s: the backoff function %r answered %r, not a number of seconds from 0 to "
+            "%s; using the backend's backoff",
+            job_id,
+            function,
+            answer,
+            MAX_SECONDS_TEXT,
+            extra={"job_id": job_id, "attempt": attempt},
+        )
+        return None
+    return float(answer)
+
+
+def retry_delay(
+    *,
+    attempt: int,
+    job_id: str,
+    error: BaseException,
+    own: Any,
+    task: BackoffFunction | None,
+    worker: Backoff | BackoffFunction | None,
+    backend: Backoff,
+) -> float:
+    """Seconds a job waits after failed attempt number ``attempt``: from the first backoff
+    of the job's ``own`` spec (its meta), the ``task``'s function, the ``worker``'s (``consume``
+    or ``tick``) and the ``backend``'s.  An unreadable spec or a function that raises or
+    answers no valid delay is logged and falls back to the backend's backoff."""
+    if own is not None:
+        try:
+            return parse_backoff(own).delay(attempt, job_id)
+        except QueueError:
+            log.warning("job %s has an unreadable backoff; using the backend's", job_id)
+            return backend.delay(attempt, job_id)
+    for choice in (task, worker):
+        if choice is None:
+            continue
+        if isinstance(choice, Backoff):
+            return choice.delay(attempt, job_id)
+        answer = _asked(choice, attempt, error, job_id)
+        return backend.delay(attempt, job_id) if answer is None else answer
+    return backend.delay(attempt, job_id)

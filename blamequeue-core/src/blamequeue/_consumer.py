@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 import anyio
 import attrs
 
+from ._backoff import Backoff, BackoffFunction
 from ._cancellation import stop_cancelled
 from ._clock import SystemClock
 from ._execution import Attempt, Handler, SettleCounts, release, run_attempt, settle
@@ -24,6 +25,7 @@ from ._limits import lease_call
 from ._models import RateLimit
 from ._pause import PAUSE_CHECK, is_paused
 from ._presence import Presence
+from ._rate_limited import rate_limited_until
 from ._runtime import BackendRuntime
 from ._validation import check_positive_int
 from .abc import Lease, LeaseLimits, NextDue, OverlappedLease, WaitAndLease
@@ -63,8 +65,10 @@ class Consumer:
         rate_limit: RateLimit | None,
         heartbeat: bool,
         limits: LeaseLimits | None = None,
+        backoff: Backoff | BackoffFunction | None = None,
     ) -> None:
         self.queue_name = queue_name
+        self._backoff = backoff
         self.backend = runtime.name
         self._concurrency = concurrency
         self.lease = lease
@@ -273,6 +277,13 @@ class Consumer:
                 # Look again when the flag may have changed (resume() here wakes us at once).
                 await self._idle(wake, clock.now(), PAUSE_CHECK)
                 continue
+            until = await rate_limited_until(runtime, self.queue_name)
+            if until is not None:
+                # A handler said "too many requests": idle until the pause ends, then look
+                # again (another process may have lengthened it).
+                now = clock.now()
+                await self._idle(wake, now, until - now)
+                continue
             limit = await self._allowance(min(free, self._lease_chunk))
             asked_at = clock.now()
             try:
@@ -384,7 +395,8 @@ class Consumer:
         self.stats.leased += len(leases)
         if self._rate_limit is not None:
             self._starts.extend([self._runtime.clock.now()] * len(leases))
-        self._dispatch([Attempt.start(lease) for lease in leases])
+        backoff = self._backoff
+        self._dispatch([Attempt.start(lease, backoff=backoff) for lease in leases])
 
     def _wait_lease(self, free: int) -> int:
         """How many jobs an idle wait may lease as it ends (0: it only waits).  Not under

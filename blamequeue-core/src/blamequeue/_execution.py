@@ -16,7 +16,7 @@ import anyio
 import attrs
 
 from ._audit import error_type
-from ._backoff import parse_backoff
+from ._backoff import Backoff, BackoffFunction, retry_delay
 from ._batches import on_batch_job, skip_job
 from ._clock import to_datetime
 from ._context import JobContext, LeaseState, SyncJobContext
@@ -24,11 +24,13 @@ from ._job_logs import JobJournal
 from ._job_meta import JobMeta
 from ._job_seals import error_place, last_error_of, open_context, payload_place_of
 from ._models import DeadLetter, Job
-from ._outcomes import UnrecoverableError
+from ._outcomes import RateLimited, RetryLater, UnrecoverableError
+from ._rate_limited import note_rate_limit, share_rate_limit
 from ._results import encode_result
 from ._runtime import BackendRuntime
 from ._tasks import TaskRegistry
 from ._timeouts import run_within, timeout_error
+from ._validation import is_duration
 from .abc import Lease, Settlement, StoredJob
 from .errors import QueueError, SealKeyMissingError
 
@@ -105,13 +107,21 @@ class Attempt:
     error: str | None = None
     started_at: float | None = None
     """When the handler was started (the queue's clock), for the duration metrics."""
+    backoff: Backoff | BackoffFunction | None = None
+    """The backoff of the ``consume`` or ``tick`` that leased the job, if it gave one."""
+    task_backoff: BackoffFunction | None = None
+    """The backoff function of the job's registered task, once the task is looked up."""
+    deferred: str | None = None
+    """``"retry_later"`` or ``"rate_limited"`` when the handler deferred the job
+    (:class:`~blamequeue.RetryLater`): its settlement gives the attempt back."""
 
     @classmethod
-    def start(cls, lease: Lease) -> Attempt:
+    def start(cls, lease: Lease, *, backoff: Backoff | BackoffFunction | None = None) -> Attempt:
         return cls(
             lease=lease,
             state=LeaseState(job_id=lease.job.id, token=lease.token, expires_at=lease.expires_at),
             meta=JobMeta.parse(lease.job.meta),
+            backoff=backoff,
         )
 
     @property
@@ -120,10 +130,17 @@ class Attempt:
 
 
 def failure(
-    runtime: BackendRuntime, attempt: Attempt, message: str, exc: BaseException | None = None
+    runtime: BackendRuntime,
+    attempt: Attempt,
+    message: str,
+    exc: BaseException | None = None,
+    *,
+    cause: BaseException | None = None,
 ) -> Settlement:
     """Retry with backoff while attempts remain, else dead-letter (at once for an
-    :class:`~blamequeue.UnrecoverableError`)."""
+    :class:`~blamequeue.UnrecoverableError`).  ``exc`` is what the handler raised (logged with
+    its traceback); ``cause``, for a failure the core decided (a timeout, an unknown task), is
+    what a backoff function is given instead."""
     stored = attempt.job
     now = runtime.clock.now()
     error = runtime.codec.encode_error(message, error_place(stored))
@@ -148,13 +165,15 @@ def failure(
         exc_info=exc,
     )
     if retrying:
-        backoff = runtime.backoff
-        if attempt.meta.backoff is not None:
-            try:
-                backoff = parse_backoff(attempt.meta.backoff)
-            except QueueError:
-                log.warning("job %s has an unreadable backoff; using the backend's", stored.id)
-        delay = backoff.delay(stored.attempts, stored.id)
+        delay = retry_delay(
+            attempt=stored.attempts,
+            job_id=stored.id,
+            error=exc or cause or RuntimeError(message.split("\n", 1)[0]),
+            own=attempt.meta.backoff,
+            task=attempt.task_backoff,
+            worker=attempt.backoff,
+            backend=runtime.backoff,
+        )
         return Settlement(
             job_id=stored.id,
             token=attempt.lease.token,
@@ -164,6 +183,45 @@ def failure(
         )
     return Settlement(
         job_id=stored.id, token=attempt.lease.token, outcome="dead", at=now, error=error
+    )
+
+
+def raised(runtime: BackendRuntime, attempt: Attempt, exc: BaseException) -> Settlement:
+    """The settlement of a handler that raised ``exc``: deferred for a
+    :class:`~blamequeue.RetryLater` (or :class:`~blamequeue.RateLimited`), else a failure."""
+    if isinstance(exc, RetryLater):
+        seconds = getattr(exc, "seconds", None)
+        if is_duration(seconds):
+            return defer(runtime, attempt, exc, float(seconds))  # type: ignore[arg-type]
+        # Made valid, then changed: an ordinary failure that says why.
+        message = (
+            f"{type(exc).__name__}.seconds must be a finite number from 0 to 10 years, "
+            f"got {seconds!r}\n{describe_error(exc)}"
+        )
+        return failure(runtime, attempt, message, exc)
+    return failure(runtime, attempt, describe_error(exc), exc)
+
+
+def defer(runtime: BackendRuntime, attempt: Attempt, exc: RetryLater, seconds: float) -> Settlement:
+    """Back to pending ``seconds`` from now with the attempt given back (a ``release`` due
+    later); a :class:`~blamequeue.RateLimited` also pauses the queue's consumers here at once
+    (the pause is shared with other processes once settled)."""
+    stored = attempt.job
+    now = runtime.clock.now()
+    rate_limited = isinstance(exc, RateLimited)
+    attempt.deferred = "rate_limited" if rate_limited else "retry_later"
+    if rate_limited:
+        note_rate_limit(runtime, stored.queue, now + seconds)
+    log.info(
+        "job %s on %r deferred by its handler (%s): due again in %g s, the attempt given back",
+        stored.id,
+        stored.queue,
+        type(exc).__name__,
+        seconds,
+        extra={"job_id": stored.id, "queue": stored.queue, "attempt": stored.attempts},
+    )
+    return Settlement(
+        job_id=stored.id, token=attempt.lease.token, outcome="release", at=now + seconds
     )
 
 
@@ -202,7 +260,8 @@ async def run_attempt(runtime: BackendRuntime, attempt: Attempt, handler: Handle
     )
     if expired or settlement is None:
         # A thread handler is abandoned, not stopped: whatever it returns later is dropped.
-        return failure(runtime, attempt, timeout_error(seconds))
+        message = timeout_error(seconds)
+        return failure(runtime, attempt, message, cause=TimeoutError(message))
     return settlement
 
 
@@ -235,10 +294,12 @@ async def _run_handler(runtime: BackendRuntime, attempt: Attempt, handler: Handl
         )
     if isinstance(handler, TaskRegistry):
         try:
-            handler = handler.handler_for(job)
+            task = handler.task_for(job)
         except QueueError as exc:
             # A worker without the task's code (a deploy in progress?): retried, then the DLQ.
-            return failure(runtime, attempt, f"{exc.code}: {exc.message}")
+            return failure(runtime, attempt, f"{exc.code}: {exc.message}", cause=exc)
+        handler = task.job_handler()
+        attempt.task_backoff = task.settings.backoff_function
     journal = JobJournal(runtime, attempt.job)
     settlement = await _call_handler(
         runtime, attempt, handler, job, JobContext(job, attempt.state, runtime, journal)
@@ -257,18 +318,18 @@ async def _call_handler(
             value = await handler(job, context)
         else:
             call = functools.partial(_call_catching, handler, job, SyncJobContext(context))
-            result, raised = await anyio.to_thread.run_sync(
+            result, thrown = await anyio.to_thread.run_sync(
                 call, abandon_on_cancel=True, limiter=runtime.sync_handler_limiter()
             )
-            if raised is not None:
+            if thrown is not None:
                 # Handed over as a value: re-raised here, a GeneratorExit from the thread would
                 # be taken by asyncio as the end of this task.
-                return failure(runtime, attempt, describe_error(raised), raised)
+                return raised(runtime, attempt, thrown)
             value = await result if inspect.isawaitable(result) else result
     except anyio.get_cancelled_exc_class():
         raise
     except BaseException as exc:
-        return failure(runtime, attempt, describe_error(exc), exc)
+        return raised(runtime, attempt, exc)
     keep = runtime.retain_done > 0
     return Settlement(
         job_id=attempt.job.id,
@@ -328,6 +389,8 @@ class SettleCounts:
     unsettled: int = 0
     moved_to_dlq: int = 0
     released: int = 0
+    deferred: int = 0
+    """Jobs their handler deferred (:class:`~blamequeue.RetryLater`), the attempt given back."""
 
 
 async def settle(
@@ -353,18 +416,26 @@ async def settle(
             exc,
         )
         for a in batch:
-            if a.settlement is not None and a.settlement.outcome == "release":
+            if a.settlement is not None and a.settlement.outcome == "release" and not a.deferred:
                 counts.released += 1
             else:
                 counts.unsettled += 1
+        await _share_rate_limits(runtime, batch)
         return
     for a, ok in zip(batch, applied, strict=True):
         outcome = a.settlement.outcome if a.settlement else "done"
-        if outcome == "release":
+        if outcome == "release" and not a.deferred:
             counts.released += 1
             continue
         if not ok:
             counts.stale += 1
+            continue
+        if a.deferred:
+            counts.deferred += 1
+            # Due again later: idle consumers here wait for it (or for the pause's end).
+            runtime.notify(a.job.queue)
+            if runtime.events.wants("job.retrying"):
+                emit_deferred(runtime, a)
             continue
         observe(runtime, a, outcome)
         if outcome in ("done", "dead") and a.meta.batch is not None:
@@ -384,6 +455,15 @@ async def settle(
         if outcome == "dead":
             counts.moved_to_dlq += 1
             await emit_dead(runtime, a.job, a.error)
+    await _share_rate_limits(runtime, batch)
+
+
+async def _share_rate_limits(runtime: BackendRuntime, batch: Sequence[Attempt]) -> None:
+    """Tell the other processes of the pauses ``RateLimited`` raises asked for: whether or not
+    the job's own settlement was applied, the service said "too many requests"."""
+    for a in batch:
+        if a.deferred == "rate_limited" and a.settlement is not None:
+            await share_rate_limit(runtime, a.job.queue, a.settlement.at)
 
 
 async def _count_in_batch(runtime: BackendRuntime, attempt: Attempt, outcome: str) -> None:
@@ -403,6 +483,24 @@ def _finished_at(runtime: BackendRuntime, attempt: Attempt, outcome: str) -> flo
 
 
 _EVENT_OF = {"done": "job.completed", "retry": "job.retrying", "dead": "job.failed"}
+
+
+def emit_deferred(runtime: BackendRuntime, attempt: Attempt) -> None:
+    """``job.retrying`` for a job its handler deferred: no error, the attempt given back."""
+    job, settlement = attempt.job, attempt.settlement
+    assert settlement is not None
+    runtime.events.emit(
+        "job.retrying",
+        queue=job.queue,
+        backend=runtime.name,
+        at=runtime.clock.now(),
+        job_id=job.id,
+        data={
+            "attempts": max(job.attempts - 1, 0),
+            "retry_at": settlement.at,
+            "deferred": attempt.deferred,
+        },
+    )
 
 
 def emit_settled(runtime: BackendRuntime, attempt: Attempt, outcome: str) -> None:

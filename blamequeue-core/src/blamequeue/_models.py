@@ -172,8 +172,10 @@ class DeadLetter:
 class TickResult:
     """What one :meth:`Queue.tick` did.
 
-    Each leased job counts in exactly one of ``succeeded``, ``failed``, ``stale``, ``unsettled``;
-    ``moved_to_dlq`` is the part of ``failed`` that went to the dead-letter queue.
+    Each leased job counts in exactly one of ``succeeded``, ``failed``, ``stale``, ``unsettled``
+    and ``deferred``; ``moved_to_dlq`` is the part of ``failed`` that went to the dead-letter
+    queue.  ``deferred`` counts jobs whose handler raised :class:`~blamequeue.RetryLater` (or
+    :class:`~blamequeue.RateLimited`): back to pending later, the attempt given back.
     ``stale`` is benign (another worker owns the job now); ``unsettled`` means the backend refused
     to record the outcome and the job will come back after its lease: worth an alert.
     Loop on ``may_have_more``, not on ``queue_depth`` (which counts delayed jobs too and is
@@ -188,6 +190,7 @@ class TickResult:
     moved_to_dlq: int = 0
     may_have_more: bool = False
     queue_depth: int | None = None
+    deferred: int = 0
 
 
 @attrs.frozen(kw_only=True)

@@ -14,7 +14,7 @@ import attrs
 from anyio.abc import TaskGroup
 
 from ._audit import Auditor, AuditSink, registered_sinks
-from ._backoff import parse_backoff
+from ._backoff import BackoffOption, parse_backoff, parse_backoff_option
 from ._batches import Batch, PendingBatch, all_batches, to_dispatches
 from ._batches import add as add_to_batch
 from ._batches import cancel as cancel_batch
@@ -68,6 +68,7 @@ from ._pause import is_paused, set_paused
 from ._plugins import load_registry
 from ._presence import LIVE_FOR
 from ._progress import Subscription
+from ._rate_limited import rate_limited_until
 from ._records import RecordStore
 from ._results import check_timeout, not_found, require_results, wait_for_result
 from ._runtime import BackendRuntime, build_runtime
@@ -774,7 +775,7 @@ class Queue:
         queue: str = "default",
         tries: int | None = None,
         timeout: float | None = None,
-        backoff: Any = None,
+        backoff: BackoffOption | None = None,
         priority: int = 0,
         payload_type: type | None = None,
     ) -> Callable[[Callable[[P, Any], R]], FunctionTask[P, R]]: ...
@@ -909,8 +910,13 @@ class Queue:
         heartbeat: bool = True,
         global_rate_limit: RateLimit | Mapping[str, Any] | None = None,
         group_concurrency: int | None = None,
+        backoff: BackoffOption | None = None,
     ) -> Consumer:
         """Start a resident consumer in the queue's task group and return its handle.
+
+        ``backoff`` (a strategy, a list of delays, a spec mapping, or a function
+        ``(attempt, error) -> seconds``) sets the retry delay of the jobs this consumer runs
+        that have no backoff of their own or of their task; else the backend's applies.
 
         ``rate_limit`` caps this consumer's own handler starts.  ``global_rate_limit`` caps
         the leases of every consumer of the queue together (a token bucket kept in the
@@ -931,6 +937,7 @@ class Queue:
             rate_limit=RateLimit.coerce(rate_limit),
             heartbeat=bool(heartbeat),
             limits=limits,
+            backoff=parse_backoff_option(backoff),
         )
         assert self._tg is not None
         self._consumers = [c for c in self._consumers if not c.stopped]
@@ -949,11 +956,14 @@ class Queue:
         backend: str | None = None,
         global_rate_limit: RateLimit | Mapping[str, Any] | None = None,
         group_concurrency: int | None = None,
+        backoff: BackoffOption | None = None,
     ) -> TickResult:
         """Sweep once, run at most ``max`` due jobs, settle them and return the counts.
 
         ``global_rate_limit`` and ``group_concurrency`` limit the batch as they limit
-        :meth:`consume` (shared with every consumer and tick of the queue).
+        :meth:`consume` (shared with every consumer and tick of the queue), and ``backoff``
+        is the retry delay of its jobs as :meth:`consume`'s is.  While a ``RateLimited``
+        pause of the queue lasts, a tick leases nothing.
         """
         runtime = self._runtime(backend)
         limits = parse_lease_limits(runtime, global_rate_limit, group_concurrency)
@@ -962,8 +972,11 @@ class Queue:
         max_jobs = check_positive_int(max, "max")
         lease = check_positive_seconds(lease, "lease")
         concurrency = check_positive_int(concurrency, "concurrency")
+        worker_backoff = parse_backoff_option(backoff)
         await self._sweep_runtime(runtime)
         if await is_paused(runtime, queue_name, fresh=True):
+            return TickResult(may_have_more=False, queue_depth=None)
+        if await rate_limited_until(runtime, queue_name, fresh=True) is not None:
             return TickResult(may_have_more=False, queue_depth=None)
         result = await run_tick(
             runtime,
@@ -973,6 +986,7 @@ class Queue:
             lease=lease,
             concurrency=concurrency,
             limits=limits,
+            backoff=worker_backoff,
         )
         # A tick may be all a short-lived process does: its figures must not wait for a timer.
         await self._flush_metrics(runtime)

@@ -73,6 +73,11 @@ class BackendRuntime:
     events: EventBus = attrs.field(factory=EventBus, init=False)
     """The listeners of the queue this runtime belongs to (the queue sets its own bus)."""
     paused: dict[str, tuple[bool, float]] = attrs.field(factory=dict, init=False)
+    rate_limited: dict[str, tuple[float | None, float]] = attrs.field(factory=dict, init=False)
+    """Per queue name: when its rate-limit pause ends (``None``: none known), and when that
+    was last read from the store (_rate_limited.py)."""
+    rate_limited_local_only: set[str] = attrs.field(factory=set, init=False)
+    """Queues whose rate-limit pause this backend could not share (logged once each)."""
     batches_cancelled: dict[str, tuple[bool, float]] = attrs.field(factory=dict, init=False)
     """Per batch id: whether it was cancelled when last read, and when (_batches.py)."""
     """Per queue name: whether it was paused when last read, and when (_pause.py)."""

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar, ove
 import anyio
 import attrs
 
-from ._backoff import parse_backoff
+from ._backoff import Backoff, BackoffFunction, BackoffOption, parse_backoff, parse_backoff_option
 from ._codec import dumps
 from ._context import JobContext, LeaseState, SyncJobContext
 from ._ids import new_job_id
@@ -76,14 +76,26 @@ class TaskSettings:
     queue: str = attrs.field(default="default", converter=_queue_name)
     tries: int | None = attrs.field(default=None, converter=check_max_attempts)
     timeout: float | None = attrs.field(default=None, converter=check_timeout)
-    backoff: Any = attrs.field(default=None)
+    backoff: BackoffOption | None = attrs.field(default=None)
+    """A backoff spec (stored in each job dispatched) or a function (kept here: a function
+    cannot travel inside a job)."""
     priority: int = attrs.field(default=0, converter=check_priority)
     payload_type: type | None = None
 
     @backoff.validator
     def _check_backoff(self, _attribute: Any, value: Any) -> None:
-        if value is not None:
-            parse_backoff(value)
+        parse_backoff_option(value, where=f"task {self.name!r}: backoff")
+
+    @property
+    def backoff_function(self) -> BackoffFunction | None:
+        """The task's backoff when it is a function (used by the worker), else ``None``."""
+        parsed = parse_backoff_option(self.backoff)
+        return None if parsed is None or isinstance(parsed, Backoff) else parsed
+
+    @property
+    def backoff_spec(self) -> Any:
+        """The task's backoff as a job stores it (``None`` when it is a function)."""
+        return None if self.backoff_function is not None else self.backoff
 
 
 def to_wire(payload: Any) -> Any:
@@ -154,8 +166,9 @@ class Task(abc.ABC, Generic[P]):
     """Attempts before the dead-letter queue; None uses the backend's ``max_attempts``."""
     timeout: ClassVar[float | None] = None
     """Seconds an attempt may run before it is cancelled and counted as failed."""
-    backoff: ClassVar[Any] = None
-    """Seconds, a list of seconds, or a backoff spec (see :mod:`blamequeue`'s ``Backoff``)."""
+    backoff: ClassVar[BackoffOption | None] = None
+    """A list of seconds, a backoff spec (see :mod:`blamequeue`'s ``Backoff``), or a function
+    ``(attempt, error) -> seconds``."""
     priority: ClassVar[int] = 0
 
     _registries: ClassVar[list[TaskRegistry]]
@@ -313,7 +326,7 @@ def task(
     queue: str = "default",
     tries: int | None = None,
     timeout: float | None = None,
-    backoff: Any = None,
+    backoff: BackoffOption | None = None,
     priority: int = 0,
     payload_type: type | None = None,
 ) -> Callable[[Callable[[P, Any], R]], FunctionTask[P, R]]: ...
@@ -484,7 +497,11 @@ class TaskRegistry:
         return sorted(set(found))
 
     def handler_for(self, job: Job) -> Callable[[Job, Any], Any]:
-        """The consume-style handler for one task job (used by the worker)."""
+        """The consume-style handler for one task job."""
+        return self.task_for(job).job_handler()
+
+    def task_for(self, job: Job) -> RegisteredTask:
+        """The registered task a task job runs (used by the worker)."""
         if job.task is None:
             raise NotFoundError(
                 "queue/unknown-job",
@@ -492,7 +509,7 @@ class TaskRegistry:
                 f"no task name; consume queue {job.queue!r} with a plain handler, or dispatch "
                 f"tasks to it",
             )
-        return self.get(job.task).job_handler()
+        return self.get(job.task)
 
     # The registry is itself a handler, so ``consume(queue_name, queue.tasks)`` works even on
     # code paths that do not resolve per job.
@@ -558,7 +575,9 @@ class PendingDispatch:
             "priority": settings.priority if self.priority_value is None else self.priority_value,
             "delay": self.delay_seconds,
             "max_attempts": self.max_attempts if self.max_attempts is not None else settings.tries,
-            "backoff": self.backoff_spec if self.backoff_spec is not None else settings.backoff,
+            "backoff": self.backoff_spec
+            if self.backoff_spec is not None
+            else settings.backoff_spec,
             "timeout": self.timeout_seconds
             if self.timeout_seconds is not None
             else settings.timeout,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import anyio
 
+from ._backoff import Backoff, BackoffFunction
 from ._execution import Attempt, Handler, SettleCounts, release, run_attempt, settle
 from ._limits import lease_call
 from ._models import TickResult
@@ -41,6 +42,7 @@ async def run_tick(
     lease: float,
     concurrency: int,
     limits: LeaseLimits | None = None,
+    backoff: Backoff | BackoffFunction | None = None,
 ) -> TickResult:
     runtime.refuse_if_key_missing()
     leases = await runtime.call(
@@ -55,7 +57,7 @@ async def run_tick(
         ),
     )
     counts = SettleCounts()
-    attempts = [Attempt.start(lease_) for lease_ in leases]
+    attempts = [Attempt.start(lease_, backoff=backoff) for lease_ in leases]
     try:
         if concurrency == 1:
             for attempt in attempts:  # one after another, in lease order
@@ -92,4 +94,5 @@ async def run_tick(
         moved_to_dlq=counts.moved_to_dlq,
         may_have_more=len(leases) >= max_jobs,
         queue_depth=depth,
+        deferred=counts.deferred,
     )
