@@ -321,6 +321,17 @@ def dead_entry(
     return resend_fields(entry, decoded, fifo=fifo, message_group=message_group)
 
 
+def delay_entry(entry: dict[str, Any], *, delay: int, due: float) -> dict[str, Any]:
+    """Hold a standard queue's new message back ``delay`` whole seconds (due at ``due``): its
+    DelaySeconds, or beyond SQS's 900 s a placeholder that leases re-park until due."""
+    if delay > MAX_DELAY_SECONDS:
+        entry["MessageAttributes"][ATTR_PARK_UNTIL] = number_attribute(due)
+        entry["DelaySeconds"] = MAX_DELAY_SECONDS
+    elif delay > 0:
+        entry["DelaySeconds"] = delay
+    return entry
+
+
 def fresh_entry(
     decoded: Decoded, *, attempts_before: int, fifo: bool, message_group: str
 ) -> dict[str, Any]:

@@ -29,7 +29,6 @@ from blamequeue_sqs import _messages as messages
 from blamequeue_sqs._memo import Memo
 from blamequeue_sqs._messages import (
     ATTR_JOB_ID,
-    ATTR_PARK_UNTIL,
     body_of,
     ceil_seconds,
     chunk_entries,
@@ -37,7 +36,6 @@ from blamequeue_sqs._messages import (
     entry_size,
     group_id,
     job_attributes,
-    number_attribute,
 )
 from blamequeue_sqs._options import SqsOptions
 from blamequeue_sqs._routing import Route, Router
@@ -146,7 +144,7 @@ class Sender:
             )
         delay = ceil_seconds(job.available_at - job.created_at)
         entry: dict[str, Any] = {"Id": str(index), "MessageBody": encode_body(body_of(job))}
-        attributes = job_attributes(job.id)
+        entry["MessageAttributes"] = job_attributes(job.id)
         if route.fifo:
             if delay > 0:
                 raise BadArgumentError(
@@ -156,11 +154,6 @@ class Sender:
                 )
             entry["MessageGroupId"] = group_id(job.queue, job.id, self._config.message_group)
             entry["MessageDeduplicationId"] = job.id
-        elif delay > messages.MAX_DELAY_SECONDS:
-            # Longer than SQS can delay: a placeholder, re-parked until due (see _receiving).
-            attributes[ATTR_PARK_UNTIL] = number_attribute(job.available_at)
-            entry["DelaySeconds"] = messages.MAX_DELAY_SECONDS
-        elif delay > 0:
-            entry["DelaySeconds"] = delay
-        entry["MessageAttributes"] = attributes
-        return entry
+            return entry
+        # Longer than SQS can delay: a placeholder, re-parked until due (see _receiving).
+        return messages.delay_entry(entry, delay=delay, due=job.available_at)

@@ -8,7 +8,8 @@ out each outcome with the SQS batch call that does it:
 * ``dead``: ChangeMessageVisibilityBatch (the fence), SendMessageBatch of the dead-letter copy
   (the sealed last error in ``bq-last-error``) to the dead-letter queue, DeleteMessageBatch;
 * ``release``: the same fence and move, of a fresh copy back to the queue carrying the attempts
-  made before (FIFO: ChangeMessageVisibilityBatch to 0, keeping the order);
+  made before, delayed to the settlement's time (FIFO: ChangeMessageVisibilityBatch to that
+  time, keeping the order and spending the attempt);
 * extending a lease: ChangeMessageVisibilityBatch.
 
 SQS refuses a receipt handle whose message was deleted or received again (``stale``): that is
@@ -122,7 +123,9 @@ class Settler:
                 longest = messages.receipt_seconds_left(held.received_at, now)
                 changes.append((index, held, min(ceil_seconds(item.at - now), longest)))
             elif item.outcome == "release" and route.fifo:
-                changes.append((index, held, 0))  # FIFO: keep the order, spend the attempt
+                # FIFO: keep the order, spend the attempt; hidden until due (RetryLater).
+                longest = messages.receipt_seconds_left(held.received_at, now)
+                changes.append((index, held, min(max(0, ceil_seconds(item.at - now)), longest)))
             elif item.outcome == "release":
                 entry = fresh_entry(
                     held.decoded,
@@ -130,6 +133,9 @@ class Settler:
                     fifo=route.fifo,
                     message_group=message_group,
                 )
+                # Due at the settlement's time (now, or later for RetryLater).
+                delay = max(0, ceil_seconds(item.at - now))
+                entry = messages.delay_entry(entry, delay=delay, due=item.at)
                 moves.append((index, held, route.url, entry))
             else:
                 dlq = self._router.require_dlq(route)

@@ -80,6 +80,7 @@ from ._conformance.observability import TestHealth, TestMetrics, TestQueueStats
 from ._conformance.on_time import TestOnTime, TestOnTimeAcrossProcesses
 from ._conformance.ordering import TestDelay, TestOrdering
 from ._conformance.records import TestRecords, TestWithoutRecords
+from ._conformance.retry_later import TestBackoffFunctions, TestRateLimited, TestRetryLater
 from ._conformance.results import (
     TestFlowResults,
     TestProgressEvents,
@@ -103,6 +104,7 @@ __all__ = [
     "TestAuditTrail",
     "TestBackendStatus",
     "TestBackoff",
+    "TestBackoffFunctions",
     "TestBatches",
     "TestBadInput",
     "TestCancel",
@@ -141,7 +143,9 @@ __all__ = [
     "TestQueueCounts",
     "TestQueueStats",
     "TestRateLimit",
+    "TestRateLimited",
     "TestRecords",
+    "TestRetryLater",
     "TestResults",
     "TestRetention",
     "TestSchedules",
