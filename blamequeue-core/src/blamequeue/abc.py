@@ -100,6 +100,8 @@ __all__ = [
     "GroupLimits",
     "Inspection",
     "JobEvents",
+    "JobIds",
+    "Lifo",
     "NextDue",
     "OverlappedLease",
     "RateLimits",
@@ -162,6 +164,8 @@ class Capabilities:
     * ``results``: :class:`Results`.
     * ``progress_events``: :class:`JobEvents`.
     * ``cancel``: :class:`Cancellation`.
+    * ``job_ids``: :class:`JobIds`.
+    * ``lifo``: :class:`Lifo`.
     * ``cross_process_wakeup``: :class:`Wakeup`.
     * ``next_due``: :class:`NextDue`.
     * ``wait_and_lease``: :class:`WaitAndLease` (speed only).
@@ -182,6 +186,8 @@ class Capabilities:
     results: bool = False
     progress_events: bool = False
     cancel: bool = False
+    job_ids: bool = False
+    lifo: bool = False
     cross_process_wakeup: bool = False
     next_due: bool = False
     wait_and_lease: bool = False
@@ -217,8 +223,9 @@ class Backend(abc.ABC):
     lease, settle (complete, retry, dead-letter, release), extend, sweep, size and purge.  Then
     inherit the optional facets (:class:`DeadLetters`, :class:`Flows`, :class:`Records`,
     :class:`Uniqueness`, :class:`RateLimits`, :class:`GroupLimits`, :class:`Inspection`,
-    :class:`Results`, :class:`JobEvents`, :class:`Cancellation`, :class:`Wakeup`,
-    :class:`NextDue`, :class:`WaitAndLease`, :class:`OverlappedLease`) your store can hold:
+    :class:`Results`, :class:`JobEvents`, :class:`Cancellation`, :class:`JobIds`,
+    :class:`Lifo`, :class:`Wakeup`, :class:`NextDue`, :class:`WaitAndLease`,
+    :class:`OverlappedLease`) your store can hold:
     each adds its methods, and :attr:`capabilities` follows from the facets a class inherits.
 
     Construction takes no I/O: validate ``options`` and raise
@@ -318,7 +325,11 @@ class Backend(abc.ABC):
         """Store every job, or none of them (one transaction / one script / one batch call).
 
         Ids are unique; the order of ``jobs`` is their enqueue order (the tie-breaker of
-        leasing order).
+        leasing order).  The core makes the ids (``"job-"`` + a ULID, or the id a scheduler
+        chose and retries with), so an id already stored is a retry of a call whose reply was
+        lost (acknowledge it when the stored job is the one sent) or a mistake: refuse it with
+        ``queue/bad-argument``, storing nothing.  Ids a caller chose go to
+        :meth:`JobIds.enqueue_absent` instead.
         """
 
     @abc.abstractmethod
@@ -328,9 +339,10 @@ class Backend(abc.ABC):
         """Atomically take up to ``limit`` due jobs of ``queue`` and return them in order.
 
         Due: ``state == "pending"`` and ``available_at <= now``.  Order: higher ``priority``
-        first, then earlier ``available_at``, then enqueue order.  Each taken job becomes
-        ``inflight`` with ``attempts + 1``, a fresh token and ``expires_at = now +
-        lease_seconds``.  Two concurrent calls (from any process) never return the same job.
+        first, then earlier ``available_at``, then enqueue order (with :class:`Lifo`, the jobs
+        enqueued with :attr:`NewJob.lifo` go first within their priority: see there).  Each
+        taken job becomes ``inflight`` with ``attempts + 1``, a fresh token and ``expires_at =
+        now + lease_seconds``.  Two concurrent calls (from any process) never return the same job.
         """
 
     @abc.abstractmethod
@@ -754,6 +766,57 @@ class Cancellation(Backend):
         """
 
 
+class JobIds(Backend):
+    """Facet: ids chosen by the caller (``enqueue(..., job_id="order-42")``), which make
+    producers idempotent: enqueueing an id the store already holds stores nothing."""
+
+    capability = "job_ids"
+    refusal: ClassVar[Refusal | None] = (
+        "queue/job-ids-unsupported",
+        "look a job up by a chosen id and store it only when that id is absent",
+        "e.g. 'local', 'redis', 'memory'",
+    )
+
+    @abc.abstractmethod
+    async def enqueue_absent(self, jobs: Sequence[NewJob]) -> list[bool]:
+        """Store each job of ``jobs`` whose id the store does not hold, in any state (pending,
+        delayed, inflight, parked, done, dead, cancelled: as long as it is stored); leave a
+        stored job with that id exactly as it is (no field, payload included, changes).
+        Returns, per job in order, whether this call stored it.
+
+        One atomic step in the store (one statement or transaction, one script), so of any
+        number of concurrent calls with one id, from any process, exactly one stores its job.
+        Within one call a later job with the id of an earlier one is not stored (``False``).
+        The jobs stored keep the order of ``jobs`` as their enqueue order, as
+        :meth:`Backend.enqueue`.  A call retried after its reply was lost may answer ``True``
+        for a job it finds stored exactly as sent (same ``created_at`` and ``payload``).
+
+        The ids are 1 to 128 characters of ASCII letters, digits and ``-_.:@`` (checked by
+        the core): no spaces, no braces, safe in keys and file names.  A store that keeps
+        jobs apart per queue (a Redis Cluster slot per queue) may look for the id among the
+        jobs of ``job.queue`` only, and says so in its documentation.
+        """
+
+
+class Lifo(Backend):
+    """Facet: last in, first out (``enqueue(..., lifo=True)``).  :meth:`Backend.lease` (and
+    :meth:`LimitedLease.lease_limited`) take a due job stored with :attr:`NewJob.lifo` ahead
+    of every due job of its priority that was already waiting when it became due.  Among one
+    priority the order is then: the lifo jobs, the one due latest first (ties: the one
+    enqueued latest first), then the other jobs in the usual order (earlier ``available_at``
+    first, then enqueue order).  A delayed lifo job is due once its ``available_at`` passes,
+    so it goes ahead of the jobs waiting at that moment; a retry of a lifo job (due after its
+    backoff), a released one and one back from the DLQ are lifo again.  No methods of its own.
+    """
+
+    capability = "lifo"
+    refusal: ClassVar[Refusal | None] = (
+        "queue/lifo-unsupported",
+        "lease a job ahead of the due jobs already waiting (lifo=True)",
+        "e.g. 'local', 'memory'",
+    )
+
+
 class Wakeup(Backend):
     """Facet: :meth:`wait_for_work` returns early when another process enqueues (a blocking
     pop, a notification, a file's change), so an idle consumer starts new work at once instead
@@ -835,6 +898,8 @@ FACETS: tuple[type[Backend], ...] = (
     Results,
     JobEvents,
     Cancellation,
+    JobIds,
+    Lifo,
     Wakeup,
     NextDue,
     WaitAndLease,

@@ -61,6 +61,7 @@ from ._conformance.inspection import (
     TestWithoutInspection,
     TestWorkers,
 )
+from ._conformance.job_ids import TestJobIdArguments, TestJobIds, TestWithoutJobIds
 from ._conformance.leases import (
     TestExtendLease,
     TestHeartbeat,
@@ -68,6 +69,7 @@ from ._conformance.leases import (
     TestSweep,
 )
 from ._conformance.lifecycle import TestEnqueue, TestLifecycle
+from ._conformance.lifo import TestLifo, TestLifoArguments, TestWithoutLifo
 from ._conformance.limits import (
     TestGlobalRateLimit,
     TestGroupConcurrency,
@@ -121,9 +123,13 @@ __all__ = [
     "TestHandlers",
     "TestHealth",
     "TestHeartbeat",
+    "TestJobIdArguments",
+    "TestJobIds",
     "TestLeaseFence",
     "TestLifecycle",
     "TestLifecycleErrors",
+    "TestLifo",
+    "TestLifoArguments",
     "TestLimitArguments",
     "TestListJobs",
     "TestMetrics",
@@ -156,6 +162,8 @@ __all__ = [
     "TestWithoutDeadLetterQueue",
     "TestWithoutFlows",
     "TestWithoutInspection",
+    "TestWithoutJobIds",
+    "TestWithoutLifo",
     "TestWithoutLimits",
     "TestWithoutRecords",
     "TestWithoutUniqueJobs",
