@@ -113,6 +113,7 @@ class TestWithoutLifo:
 class TestLifoArguments:
     async def test_lifo_must_be_a_bool(self, conformance: Conformance) -> None:
         q, name = conformance.queue, conformance.name
+        bad: Any
         for bad in ("yes", 1, 0, None):
             info = await refused("queue/bad-argument", q.enqueue(name, "x", lifo=bad), case=bad)
             assert "lifo" in info.message
