@@ -516,3 +516,15 @@ async def test_an_error_that_is_not_valid_unicode_is_escaped_not_lost(
     assert await backend.settle([dead], now=T0) == [True]
     [letter] = await backend.dlq_list("q", limit=None)
     assert letter.last_error == "no file '\\udcff'"
+
+
+# -- chosen ids (JobIds) ------------------------------------------------------------------
+async def test_enqueue_absent_stores_only_the_ids_not_held_and_the_first_of_a_repeat(
+    backend: LocalBackend,
+) -> None:
+    await backend.enqueue([new_job(id="held")])
+    ids = ["a", "held", "b", "a", "c"]
+    batch = [new_job(id=job_id, payload=f'"{n}"') for n, job_id in enumerate(ids)]
+    assert await backend.enqueue_absent(batch) == [True, False, True, False, True]
+    assert await leased_ids(backend) == ["held", "a", "b", "c"]
+    assert await backend.enqueue_absent([]) == []

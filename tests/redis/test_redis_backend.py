@@ -476,3 +476,32 @@ async def test_an_asyncio_client_works_on_asyncio_and_is_refused_on_trio(
     finally:
         if anyio_backend == "asyncio":
             await client.aclose()
+
+
+# -- chosen ids (JobIds) ------------------------------------------------------------------
+async def test_enqueue_absent_stores_only_the_ids_not_held_and_the_first_of_a_repeat(
+    backend: RedisBackend,
+) -> None:
+    await backend.enqueue([new_job("held")])
+    # The repeats carry other payloads (a job stored exactly as sent is a lost reply's retry).
+    shared = [
+        new_job("a"),
+        new_job("held", payload='"2"'),
+        new_job("b"),
+        new_job("a", payload='"2"'),
+        new_job("c"),
+    ]
+    assert await backend.enqueue_absent(shared) == [True, False, True, False, True]
+    # Jobs that differ beyond id and payload travel with rows of their own: each kept job
+    # keeps its own values.
+    own_rows = [new_job("d", priority=2), new_job("b", payload='"2"'), new_job("e", priority=1)]
+    assert await backend.enqueue_absent(own_rows) == [True, False, True]
+    assert await lease_ids(backend) == ["d", "e", "held", "a", "b", "c"]
+
+
+async def test_enqueue_absent_answers_a_lost_reply_retry_as_stored(backend: RedisBackend) -> None:
+    job = new_job("once")
+    assert await backend.enqueue_absent([job]) == [True]
+    assert await backend.enqueue_absent([job]) == [True]  # the same job, as sent
+    assert await backend.enqueue_absent([new_job("once", payload='"other"')]) == [False]
+    assert await lease_ids(backend) == ["once"]

@@ -63,6 +63,10 @@ class NewJob:
     group_key: str | None = None
     """The job's group for :attr:`LeaseLimits.group_concurrency` (``Capabilities.group_limits``
     only; the core never sends one to other backends)."""
+    lifo: bool = False
+    """Lease it ahead of the due jobs of its priority already waiting, whenever it is due (its
+    retries too): see the leasing order of :meth:`Backend.lease` (``Capabilities.lifo`` only;
+    the core never sends ``True`` to other backends)."""
 
 
 @attrs.frozen(kw_only=True)

@@ -43,6 +43,7 @@ import attrs
 from ._clock import to_datetime
 from ._codec import Codec, dumps, place
 from ._ids import new_job_id
+from ._job_ids import refuse_chosen_in_batch
 from ._job_meta import BATCH_KEY, TIMEOUT_KEY, JobMeta
 from ._job_seals import CONTEXT_META_KEY, TASK_META_KEY, meta_text, seal_jobs
 from ._records import RecordStore, decode_value
@@ -327,6 +328,7 @@ def _build(
         options["queue_name"] = queue_name
         options["meta"] = {**options["meta"], BATCH_META_KEY: batch_id}
         options.pop("backend", None)
+        refuse_chosen_in_batch(options.pop("chosen_id", None), "a batch")
         jobs += owner._build_task_jobs(runtime, options)
     return jobs
 

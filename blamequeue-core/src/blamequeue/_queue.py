@@ -41,6 +41,7 @@ from ._inspection import (
     to_worker_info,
 )
 from ._job_edits import change_delay, change_priority, promote, rerun, update_payload
+from ._job_ids import check_chosen_id, check_lifo, enqueue_chosen, refuse_chosen_in_batch
 from ._job_logs import last_progress, read_logs
 from ._job_seals import CONTEXT_META_KEY, meta_text, seal_jobs
 from ._limits import check_group_key, parse_lease_limits
@@ -89,7 +90,7 @@ from ._validation import (
     check_priority,
     check_queue_name,
 )
-from .abc import Clock, DeadLetters, Flows, Inspection, NewJob, StoredJob
+from .abc import Clock, DeadLetters, Flows, Inspection, JobIds, Lifo, NewJob, StoredJob
 from .errors import (
     BadArgumentError,
     ConfigError,
@@ -367,12 +368,15 @@ class Queue:
         group_key: Any = None,
         timeout: Any = None,
         job_id: str | None = None,
+        lifo: Any = False,
         seal: bool = True,
     ) -> list[NewJob]:
         """The jobs to store for ``payloads``, checked; with ``seal=False`` drafts whose
         payloads are still JSON text, for a caller that finishes them (a flow) and then seals
         them with :func:`._job_seals.seal_jobs`."""
         check_queue_name(queue_name)
+        if check_lifo(lifo):
+            Lifo.of(runtime.backend)  # queue/lifo-unsupported before anything is stored
         priority = check_priority(priority)
         delay = check_delay(delay)
         attempts = check_max_attempts(max_attempts) or runtime.max_attempts
@@ -424,6 +428,7 @@ class Queue:
                 trace_id=trace_id,
                 meta=meta,
                 group_key=group_key,
+                lifo=lifo,
             )
             for new_id, payload, meta in zip(ids, texts, metas, strict=True)
         ]
@@ -445,8 +450,23 @@ class Queue:
         unique_key: str | None = None,
         unique_for: float | None = None,
         timeout: float | None = None,
+        job_id: str | None = None,
+        lifo: bool = False,
     ) -> str:
         """Durably hand a job over and return its id.  Returns before any worker runs it.
+
+        ``job_id``: the job's id, chosen by the caller (1 to 128 ASCII letters, digits and
+        ``-_.:@``, e.g. ``"order-42"``) instead of a generated ``"job-"`` + ULID one.  When
+        the backend already holds a job with that id, in any state still stored (pending,
+        delayed, inflight, parked, done, dead, cancelled), nothing is stored, that job is left
+        as it is (its payload too) and its id is returned: a producer may enqueue again after
+        a crash or a timeout without making a second job.  Not with ``unique_key`` (two ways
+        to deduplicate: pick one).  A backend without the ``job_ids`` capability refuses with
+        ``queue/job-ids-unsupported``.
+
+        ``lifo=True``: the job goes ahead of every due job of the same priority already
+        waiting (a delayed one once it is due; its retries too); see :class:`blamequeue.abc.Lifo`.
+        A backend without the ``lifo`` capability refuses with ``queue/lifo-unsupported``.
 
         ``group_key`` puts the job in a group (a tenant, an account): consumers given
         ``group_concurrency=N`` run at most ``N`` jobs of one group at once across the fleet.
@@ -463,6 +483,15 @@ class Queue:
         """
         runtime = self._runtime(backend)
         claim = unique_claim(unique_key, unique_for)
+        chosen = None if job_id is None else check_chosen_id(job_id)
+        if chosen is not None:
+            if claim is not None:
+                raise BadArgumentError(
+                    "queue/bad-argument",
+                    "enqueue takes job_id or unique_key, not both: a chosen id already makes "
+                    "a second enqueue of it store nothing, whatever the first job's state",
+                )
+            JobIds.of(runtime.backend)  # queue/job-ids-unsupported before anything is stored
         jobs = self._build_jobs(
             runtime,
             queue_name,
@@ -475,7 +504,13 @@ class Queue:
             backoff=backoff,
             group_key=group_key,
             timeout=timeout,
+            job_id=chosen,
+            lifo=lifo,
         )
+        if chosen is not None:
+            if await enqueue_chosen(runtime, jobs[0]):
+                self._announce(runtime, queue_name, [chosen])
+            return chosen
         if claim is not None:
             job_id = await enqueue_unique(runtime, jobs[0], claim)
             self._announce(runtime, queue_name, [job_id])
@@ -498,13 +533,18 @@ class Queue:
         unique_key: str | None = None,
         unique_for: float | None = None,
         timeout: float | None = None,
+        job_id: str | None = None,
+        lifo: bool = False,
     ) -> list[str]:
         """Enqueue every payload in one round trip (all or none); ids in the same order.
 
-        Takes no ``unique_key`` / ``unique_for`` (``queue/bad-argument``): enqueue unique jobs
-        one by one with :meth:`enqueue`.
+        Takes no ``unique_key`` / ``unique_for`` and no ``job_id`` (``queue/bad-argument``:
+        one key or id would name every job): enqueue those jobs one by one with
+        :meth:`enqueue`.  ``lifo=True`` makes every job of the list lifo (the last of them
+        then leases first, as if enqueued one by one).
         """
         refuse_in_batch(unique_key, unique_for)
+        refuse_chosen_in_batch(job_id, "enqueue_many")
         runtime = self._runtime(backend)
         if isinstance(payloads, str | bytes | Mapping) or not isinstance(payloads, Iterable):
             raise BadArgumentError(
@@ -524,6 +564,7 @@ class Queue:
             backoff=backoff,
             group_key=group_key,
             timeout=timeout,
+            lifo=lifo,
         )
         if not jobs:
             return []
@@ -557,7 +598,14 @@ class Queue:
         scheduler gives one (its retries must not store a job twice).  The testing kit's
         ``QueueFake`` records dispatches by standing in for this method."""
         runtime = self._runtime(backend)
+        chosen = options.get("chosen_id")
+        if chosen is not None:
+            JobIds.of(runtime.backend)  # queue/job-ids-unsupported before anything is stored
         jobs = self._build_task_jobs(runtime, options)
+        if chosen is not None:
+            if await enqueue_chosen(runtime, jobs[0]):
+                self._announce(runtime, options["queue_name"], [chosen])
+            return str(chosen)
         return (await self._store(runtime, options["queue_name"], jobs))[0]
 
     async def _dispatch_task(self, options: Mapping[str, Any]) -> str:
@@ -588,7 +636,8 @@ class Queue:
             backoff=options["backoff"],
             extra_meta=options["meta"],
             timeout=options["timeout"],
-            job_id=options.get("job_id"),
+            job_id=options.get("job_id") or options.get("chosen_id"),
+            lifo=options.get("lifo", False),
         )
 
     async def find_batch(self, batch_id: str, *, backend: str | None = None) -> Batch | None:

@@ -29,6 +29,7 @@ from ._backoff import Backoff, BackoffFunction, BackoffOption, parse_backoff, pa
 from ._codec import dumps
 from ._context import JobContext, LeaseState, SyncJobContext
 from ._ids import new_job_id
+from ._job_ids import check_chosen_id, check_lifo
 from ._job_seals import CONTEXT_META_KEY, TASK_META_KEY
 from ._models import Job
 from ._validation import (
@@ -536,6 +537,8 @@ class PendingDispatch:
     priority_value: int | None = None
     context: Mapping[str, Any] = attrs.field(factory=dict)
     backend: str | None = None
+    chosen_id: str | None = None
+    lifo_order: bool = False
 
     def on_queue(self, queue_name: str) -> PendingDispatch:
         return attrs.evolve(self, queue_name=check_queue_name(queue_name))
@@ -555,6 +558,16 @@ class PendingDispatch:
 
     def priority(self, value: int) -> PendingDispatch:
         return attrs.evolve(self, priority_value=check_priority(value))
+
+    def job_id(self, value: str) -> PendingDispatch:
+        """The job's id, chosen by the caller (``Queue.enqueue``'s ``job_id``): dispatching
+        an id the backend already holds stores nothing and returns it."""
+        return attrs.evolve(self, chosen_id=check_chosen_id(value))
+
+    def lifo(self, value: bool = True) -> PendingDispatch:
+        """Lease the job ahead of the due jobs of its priority already waiting
+        (``Queue.enqueue``'s ``lifo``)."""
+        return attrs.evolve(self, lifo_order=check_lifo(value))
 
     def on_backend(self, name: str) -> PendingDispatch:
         return attrs.evolve(self, backend=name)
@@ -582,6 +595,8 @@ class PendingDispatch:
             if self.timeout_seconds is not None
             else settings.timeout,
             "meta": meta,
+            "chosen_id": self.chosen_id,
+            "lifo": self.lifo_order,
         }
 
     async def dispatch(self) -> str:

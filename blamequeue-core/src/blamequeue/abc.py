@@ -103,6 +103,8 @@ __all__ = [
     "Inspection",
     "JobEdits",
     "JobEvents",
+    "JobIds",
+    "Lifo",
     "NextDue",
     "OverlappedLease",
     "RateLimits",
@@ -166,6 +168,8 @@ class Capabilities:
     * ``progress_events``: :class:`JobEvents`.
     * ``cancel``: :class:`Cancellation`.
     * ``job_edits``: :class:`JobEdits`.
+    * ``job_ids``: :class:`JobIds`.
+    * ``lifo``: :class:`Lifo`.
     * ``cross_process_wakeup``: :class:`Wakeup`.
     * ``next_due``: :class:`NextDue`.
     * ``wait_and_lease``: :class:`WaitAndLease` (speed only).
@@ -187,6 +191,8 @@ class Capabilities:
     progress_events: bool = False
     cancel: bool = False
     job_edits: bool = False
+    job_ids: bool = False
+    lifo: bool = False
     cross_process_wakeup: bool = False
     next_due: bool = False
     wait_and_lease: bool = False
@@ -223,9 +229,9 @@ class Backend(abc.ABC):
     inherit the optional facets (:class:`DeadLetters`, :class:`Flows`, :class:`Records`,
     :class:`Uniqueness`, :class:`RateLimits`, :class:`GroupLimits`, :class:`Inspection`,
     :class:`Results`, :class:`JobEvents`, :class:`Cancellation`, :class:`JobEdits`,
-    :class:`Wakeup`, :class:`NextDue`, :class:`WaitAndLease`, :class:`OverlappedLease`) your
-    store can hold: each adds its methods, and :attr:`capabilities` follows from the facets a
-    class inherits.
+    :class:`JobIds`, :class:`Lifo`, :class:`Wakeup`, :class:`NextDue`, :class:`WaitAndLease`,
+    :class:`OverlappedLease`) your store can hold: each adds its methods, and
+    :attr:`capabilities` follows from the facets a class inherits.
 
     Construction takes no I/O: validate ``options`` and raise
     :class:`~blamequeue.errors.ConfigError` (``queue/invalid-config``) for anything wrong,
@@ -324,7 +330,11 @@ class Backend(abc.ABC):
         """Store every job, or none of them (one transaction / one script / one batch call).
 
         Ids are unique; the order of ``jobs`` is their enqueue order (the tie-breaker of
-        leasing order).
+        leasing order).  The core makes the ids (``"job-"`` + a ULID, or the id a scheduler
+        chose and retries with), so an id already stored is a retry of a call whose reply was
+        lost (acknowledge it when the stored job is the one sent) or a mistake: refuse it with
+        ``queue/bad-argument``, storing nothing.  Ids a caller chose go to
+        :meth:`JobIds.enqueue_absent` instead.
         """
 
     @abc.abstractmethod
@@ -334,9 +344,10 @@ class Backend(abc.ABC):
         """Atomically take up to ``limit`` due jobs of ``queue`` and return them in order.
 
         Due: ``state == "pending"`` and ``available_at <= now``.  Order: higher ``priority``
-        first, then earlier ``available_at``, then enqueue order.  Each taken job becomes
-        ``inflight`` with ``attempts + 1``, a fresh token and ``expires_at = now +
-        lease_seconds``.  Two concurrent calls (from any process) never return the same job.
+        first, then earlier ``available_at``, then enqueue order (with :class:`Lifo`, the jobs
+        enqueued with :attr:`NewJob.lifo` go first within their priority: see there).  Each
+        taken job becomes ``inflight`` with ``attempts + 1``, a fresh token and ``expires_at =
+        now + lease_seconds``.  Two concurrent calls (from any process) never return the same job.
         """
 
     @abc.abstractmethod
@@ -783,7 +794,7 @@ class JobEdits(Inspection):
     refusal: ClassVar[Refusal | None] = (
         "queue/job-edits-unsupported",
         "edit or rerun a job by id",
-        "e.g. 'local', 'redis', 'memory'",
+        "e.g. 'local', 'memory'",
     )
 
     @abc.abstractmethod
@@ -829,6 +840,57 @@ class JobEdits(Inspection):
         finished state (retention, the DLQ).  Applies to no live state (``pending``,
         ``inflight``, ``parked``).  A flow job's parked dependants stay parked until it is
         ``done`` again."""
+
+
+class JobIds(Backend):
+    """Facet: ids chosen by the caller (``enqueue(..., job_id="order-42")``), which make
+    producers idempotent: enqueueing an id the store already holds stores nothing."""
+
+    capability = "job_ids"
+    refusal: ClassVar[Refusal | None] = (
+        "queue/job-ids-unsupported",
+        "look a job up by a chosen id and store it only when that id is absent",
+        "e.g. 'local', 'redis', 'memory'",
+    )
+
+    @abc.abstractmethod
+    async def enqueue_absent(self, jobs: Sequence[NewJob]) -> list[bool]:
+        """Store each job of ``jobs`` whose id the store does not hold, in any state (pending,
+        delayed, inflight, parked, done, dead, cancelled: as long as it is stored); leave a
+        stored job with that id exactly as it is (no field, payload included, changes).
+        Returns, per job in order, whether this call stored it.
+
+        One atomic step in the store (one statement or transaction, one script), so of any
+        number of concurrent calls with one id, from any process, exactly one stores its job.
+        Within one call a later job with the id of an earlier one is not stored (``False``).
+        The jobs stored keep the order of ``jobs`` as their enqueue order, as
+        :meth:`Backend.enqueue`.  A call retried after its reply was lost may answer ``True``
+        for a job it finds stored exactly as sent (same ``created_at`` and ``payload``).
+
+        The ids are 1 to 128 characters of ASCII letters, digits and ``-_.:@`` (checked by
+        the core): no spaces, no braces, safe in keys and file names.  A store that keeps
+        jobs apart per queue (a Redis Cluster slot per queue) may look for the id among the
+        jobs of ``job.queue`` only, and says so in its documentation.
+        """
+
+
+class Lifo(Backend):
+    """Facet: last in, first out (``enqueue(..., lifo=True)``).  :meth:`Backend.lease` (and
+    :meth:`LimitedLease.lease_limited`) take a due job stored with :attr:`NewJob.lifo` ahead
+    of every due job of its priority that was already waiting when it became due.  Among one
+    priority the order is then: the lifo jobs, the one due latest first (ties: the one
+    enqueued latest first), then the other jobs in the usual order (earlier ``available_at``
+    first, then enqueue order).  A delayed lifo job is due once its ``available_at`` passes,
+    so it goes ahead of the jobs waiting at that moment; a retry of a lifo job (due after its
+    backoff), a released one and one back from the DLQ are lifo again.  No methods of its own.
+    """
+
+    capability = "lifo"
+    refusal: ClassVar[Refusal | None] = (
+        "queue/lifo-unsupported",
+        "lease a job ahead of the due jobs already waiting (lifo=True)",
+        "e.g. 'memory'",
+    )
 
 
 class Wakeup(Backend):
@@ -913,6 +975,8 @@ FACETS: tuple[type[Backend], ...] = (
     JobEvents,
     Cancellation,
     JobEdits,
+    JobIds,
+    Lifo,
     Wakeup,
     NextDue,
     WaitAndLease,

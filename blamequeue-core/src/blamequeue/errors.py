@@ -17,7 +17,8 @@ The tree::
     │                                  queue/inspection-unsupported, queue/limits-unsupported,
     │                                  queue/unique-unsupported, queue/results-unsupported,
     │                                  queue/cancel-unsupported, queue/records-unsupported,
-    │                                  queue/job-edits-unsupported
+    │                                  queue/job-edits-unsupported, queue/job-ids-unsupported,
+    │                                  queue/lifo-unsupported
     ├── BackendUnavailableError        queue/backend-unavailable (retryable)
     ├── ResultTimeoutError (TimeoutError)  queue/result-timeout
     ├── JobFailedError                 queue/job-failed (.job_id, .state, .last_error)
@@ -73,6 +74,8 @@ ErrorCode = Literal[
     "queue/unique-unsupported",
     "queue/results-unsupported",
     "queue/records-unsupported",
+    "queue/job-ids-unsupported",
+    "queue/lifo-unsupported",
 ]
 
 #: Every code the library can raise; the documentation lists exactly these.
@@ -136,7 +139,8 @@ class UnsupportedError(QueueError):
     ``queue/flow-unsupported``, ``queue/inspection-unsupported``,
     ``queue/limits-unsupported``, ``queue/unique-unsupported``,
     ``queue/results-unsupported``, ``queue/cancel-unsupported``,
-    ``queue/records-unsupported``, ``queue/job-edits-unsupported``)."""
+    ``queue/records-unsupported``, ``queue/job-edits-unsupported``,
+    ``queue/job-ids-unsupported``, ``queue/lifo-unsupported``)."""
 
 
 class BackendUnavailableError(QueueError):

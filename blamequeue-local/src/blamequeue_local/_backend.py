@@ -35,6 +35,7 @@ from blamequeue.abc import (
     JobCursor,
     JobEdits,
     JobEvents,
+    JobIds,
     JobState,
     JobWatch,
     Lease,
@@ -173,6 +174,7 @@ class LocalBackend(
     GroupLimits,
     JobEdits,
     JobEvents,
+    JobIds,
     NextDue,
     RateLimits,
     Records,
@@ -354,6 +356,30 @@ class LocalBackend(
                 f"at most {ENQUEUE_VALUES_MAX}, got {count}: split the batch",
             )
         await self._execute(self._sql.enqueue, (encoded,))
+
+    async def enqueue_absent(self, jobs: Sequence[NewJob]) -> list[bool]:
+        count = len(jobs)
+        if not count:
+            return []
+        if count > ENQUEUE_VALUES_MAX:
+            raise BadArgumentError(
+                "queue/bad-argument",
+                f"{self._where}: at most {ENQUEUE_VALUES_MAX} jobs with chosen ids at once, got "
+                f"{count}: split the batch",
+            )
+        bucket = 1 << (count - 1).bit_length()
+        params: list[Any] = [value for job in jobs for value in _bound_values(job)]
+        params += _PADDING * (bucket - count)
+        rows = await self._boundary.call(
+            self._boundary.require().execute_all(self._sql.enqueue_absent(bucket), params)
+        )
+        # A later job with the id of an earlier one conflicts with it: only the first is new.
+        new = {str(row[0]) for row in rows}
+        answers: list[bool] = []
+        for job in jobs:
+            answers.append(job.id in new)
+            new.discard(job.id)
+        return answers
 
     async def enqueue_unique(
         self, job: NewJob, *, unique_key: str, hold_until: float | None, now: float

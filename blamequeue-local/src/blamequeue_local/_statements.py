@@ -539,6 +539,12 @@ class Statements:
         """Add one of :data:`ADDED_COLUMNS` to a table made by an earlier version."""
         return f"ALTER TABLE {self.table} ADD COLUMN {column} {ADDED_COLUMNS[column]}"
 
+    def enqueue_absent(self, rows: int) -> str:
+        """:meth:`enqueue_values` storing only the jobs whose id no row holds (in any state),
+        and the first of two with one id; returns the ids it stored.  One statement: SQLite's
+        write lock makes the check and the insert one step for every process."""
+        return self.enqueue_values(rows) + " ON CONFLICT (id) DO NOTHING RETURNING id"
+
     def enqueue_values(self, rows: int) -> str:
         """Insert up to ``rows`` jobs bound as 14 parameters each, in ``ENQUEUE_COLUMNS`` order.
 

@@ -35,6 +35,7 @@ from blamequeue.abc import (
     GroupLimits,
     JobCursor,
     JobEvents,
+    JobIds,
     JobState,
     JobWatch,
     Lease,
@@ -81,6 +82,7 @@ from blamequeue_redis._scripts import (
     DLQ_PURGE,
     DLQ_RETRY,
     ENQUEUE,
+    ENQUEUE_ABSENT,
     ENQUEUE_UNIQUE,
     EXTEND,
     FLOW_JOBS,
@@ -277,6 +279,7 @@ class RedisBackend(
     Flows,
     GroupLimits,
     JobEvents,
+    JobIds,
     NextDue,
     OverlappedLease,
     RateLimits,
@@ -500,6 +503,25 @@ class RedisBackend(
             await self._boundary.call(transport.command("SADD", self._layout.registry, queue))
             self._registered.add(queue)
         return keys, script_keys
+
+    async def enqueue_absent(self, jobs: Sequence[NewJob]) -> list[bool]:
+        # Ids are looked for among the jobs of each job's queue: a queue's keys live in one
+        # cluster slot, so that is what one script can check atomically (docs/backends/redis.md).
+        transport = self._boundary.require()
+        by_queue: dict[str, list[int]] = {}
+        for n, job in enumerate(jobs):
+            by_queue.setdefault(job.queue, []).append(n)
+        answers = [False] * len(jobs)
+        for queue, positions in by_queue.items():
+            keys, script_keys = await self._enqueue_keys(queue)
+            batch = _enqueue_batch([jobs[n] for n in positions])
+            args = (keys.base, queue, _dumps(batch))
+            reply = _text(
+                await self._boundary.call(transport.script(ENQUEUE_ABSENT, script_keys, args))
+            )
+            for n, flag in zip(positions, reply, strict=True):
+                answers[n] = flag == "1"
+        return answers
 
     async def enqueue_unique(
         self, job: NewJob, *, unique_key: str, hold_until: float | None, now: float

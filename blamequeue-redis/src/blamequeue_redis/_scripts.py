@@ -23,7 +23,8 @@ The Lua lives in files of this package, ``lua/<name>.lua``, each opening with it
 ``ARGV`` and reply; :func:`read_lua` reads them once, at import.  This module names the scripts
 and assembles them: a per-queue script is ``lua/queue_prelude.lua`` (keys and shared helpers)
 then its own file; ``lease`` and ``lease_after_wait`` share ``lua/lease_due.lua`` between the
-two, and ``enqueue_unique`` runs its own file then ``enqueue``'s.
+two, ``enqueue_unique`` runs its own file then ``enqueue``'s, and ``enqueue_absent`` its own
+file, then ``enqueue``'s as a function it calls.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ __all__ = [
     "DLQ_PURGE",
     "DLQ_RETRY",
     "ENQUEUE",
+    "ENQUEUE_ABSENT",
     "ENQUEUE_UNIQUE",
     "ENQUEUE_WIDTH",
     "EXTEND",
@@ -151,6 +153,17 @@ ENQUEUE_UNIQUE: Final = _script(
     )
     + _ENQUEUE,
 )
+# enqueue.lua's text as a function's body: its replies (a count, an error) become the
+# function's, so enqueue_absent answers its own after it.
+ENQUEUE_ABSENT: Final = _script(
+    "enqueue_absent",
+    read_lua("enqueue_absent", ENQUEUE_WIDTH=ENQUEUE_WIDTH)
+    + "local function store_kept()\n"
+    + _ENQUEUE
+    + "end\nlocal reply = store_kept()\n"
+    + "if type(reply) == 'table' then return reply end\n"
+    + "return table.concat(flags)\n",
+)
 LEASE: Final = _script("lease", _LEASE_DUE + read_lua("lease"))
 WAIT_MARK: Final = _script("wait_mark", read_lua("wait_mark"))
 LEASE_AFTER_WAIT: Final = _script("lease_after_wait", _LEASE_DUE + read_lua("lease_after_wait"))
@@ -197,4 +210,5 @@ SCRIPTS: Final = (
     WORKER_GONE,
     WORKER_LIST,
     ENQUEUE_UNIQUE,
+    ENQUEUE_ABSENT,
 )

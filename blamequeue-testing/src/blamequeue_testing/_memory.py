@@ -6,7 +6,8 @@ to other tasks and threads.  Time comes only from the ``now`` values the core pa
 :meth:`MemoryBackend.wait_for_work`, sleeps on the queue's clock.
 
 Leasing never scans the backlog.  Per queue, pending jobs sit in one of two heaps: *ready*
-(due, keyed ``(-priority, available_at, seq)``) and *delayed* (keyed ``(available_at, seq)``);
+(due, keyed ``(-priority, available_at, seq)``, a lifo job ahead of its priority's others, the
+latest due first) and *delayed* (keyed ``(available_at, seq)``);
 a lease first moves the delayed jobs that have come due into the ready heap.  Heap entries are
 deleted lazily: each carries the job's version at push time, and any transition bumps the
 version, so an entry that no longer describes its job is skipped when it surfaces.  Inflight
@@ -48,10 +49,12 @@ from blamequeue.abc import (
     JobCursor,
     JobEdits,
     JobEvents,
+    JobIds,
     JobState,
     JobWatch,
     Lease,
     LeaseLimits,
+    Lifo,
     NewJob,
     NextDue,
     OptionReader,
@@ -92,6 +95,7 @@ class _Row:
         "group_key",
         "id",
         "last_error",
+        "lifo",
         "max_attempts",
         "meta",
         "payload",
@@ -124,6 +128,7 @@ class _Row:
         self.flow_id = job.flow_id
         self.depends_on = tuple(job.depends_on)
         self.group_key = job.group_key
+        self.lifo = job.lifo
         self.finished_at: float | None = None
         self.result: str | None = None
         self.token: str | None = None
@@ -159,8 +164,16 @@ class _Row:
 
 # Heap entries end with (version, row): the version makes them unique before the row is
 # reached, and lets a stale entry be recognised (row.version moved on).
-_ReadyEntry = tuple[int, float, int, int, _Row]  # (-priority, available_at, seq, version, row)
+# (-priority, (lane, time), seq, version, row): lane 0 holds the lifo jobs, latest due (then
+# latest enqueued) first, lane 1 the others, earliest due (then earliest enqueued) first.
+_ReadyEntry = tuple[int, tuple[int, float], int, int, _Row]
 _TimedEntry = tuple[float, int, int, _Row]  # (time, seq, version, row)
+
+
+def _ready_entry(row: _Row) -> _ReadyEntry:
+    if row.lifo:
+        return (-row.priority, (0, -row.available_at), -row.seq, row.version, row)
+    return (-row.priority, (1, row.available_at), row.seq, row.version, row)
 
 
 class _QueueIndex:
@@ -280,9 +293,7 @@ class _Store:
         """File a row that is now ``pending`` (its version already bumped) in a heap."""
         index = self.queues[row.queue]
         if row.available_at <= index.horizon:
-            heapq.heappush(
-                index.ready, (-row.priority, row.available_at, row.seq, row.version, row)
-            )
+            heapq.heappush(index.ready, _ready_entry(row))
         else:
             heapq.heappush(index.delayed, (row.available_at, row.seq, row.version, row))
 
@@ -351,9 +362,9 @@ class _Store:
             index.horizon = now
         ready, delayed = index.ready, index.delayed
         while delayed and delayed[0][0] <= now:
-            _, seq, version, row = heapq.heappop(delayed)
+            _, _, version, row = heapq.heappop(delayed)
             if row.version == version:
-                heapq.heappush(ready, (-row.priority, row.available_at, seq, version, row))
+                heapq.heappush(ready, _ready_entry(row))
 
     def take(self, index: _QueueIndex, row: _Row, token: str, expires_at: float) -> Lease:
         """Lease one pending row (its ready entry already popped)."""
@@ -421,6 +432,8 @@ class MemoryBackend(
     GroupLimits,
     JobEdits,
     JobEvents,
+    JobIds,
+    Lifo,
     NextDue,
     RateLimits,
     Records,
@@ -476,6 +489,25 @@ class MemoryBackend(
             for queue in queues:
                 store.notify(queue)
 
+    async def enqueue_absent(self, jobs: Sequence[NewJob]) -> list[bool]:
+        await anyio.lowlevel.checkpoint()
+        store = self._store
+        with store.lock:
+            stored: list[bool] = []
+            queues: set[str] = set()
+            for job in jobs:
+                if job.id in store.jobs:
+                    stored.append(False)
+                    continue
+                row = _Row(job, next(store.seq))
+                store.add(row)
+                stored.append(True)
+                if row.state == "pending":
+                    queues.add(row.queue)
+            for queue in queues:
+                store.notify(queue)
+            return stored
+
     async def enqueue_unique(
         self, job: NewJob, *, unique_key: str, hold_until: float | None, now: float
     ) -> str:
@@ -513,11 +545,11 @@ class MemoryBackend(
             expires_at = now + lease_seconds
             leases: list[Lease] = []
             while ready and len(leases) < limit:
-                _, available_at, seq, version, row = heapq.heappop(ready)
+                *_, version, row = heapq.heappop(ready)
                 if row.version != version:
                     continue
-                if available_at > now:  # a caller's clock went backwards: not due yet
-                    heapq.heappush(delayed, (available_at, seq, version, row))
+                if row.available_at > now:  # a caller's clock went backwards: not due yet
+                    heapq.heappush(delayed, (row.available_at, row.seq, version, row))
                     continue
                 leases.append(store.take(index, row, token, expires_at))
             return leases
@@ -530,9 +562,9 @@ class MemoryBackend(
             if index is None:
                 return None
             store.promote(index, now)
-            for _, available_at, _, version, row in index.ready:
+            for *_, version, row in index.ready:
                 if row.version == version:
-                    return min(now, available_at)  # one is due (a limit held it back)
+                    return min(now, row.available_at)  # one is due (a limit held it back)
             delayed = index.delayed
             while delayed and delayed[0][3].version != delayed[0][2]:
                 heapq.heappop(delayed)  # left by a job that changed since it was delayed
@@ -569,11 +601,11 @@ class MemoryBackend(
             skipped: list[_ReadyEntry] = []
             while ready and len(leases) < limit:
                 entry = heapq.heappop(ready)
-                _, available_at, seq, version, row = entry
+                *_, version, row = entry
                 if row.version != version:
                     continue
-                if available_at > now:
-                    heapq.heappush(delayed, (available_at, seq, version, row))
+                if row.available_at > now:
+                    heapq.heappush(delayed, (row.available_at, row.seq, version, row))
                     continue
                 group = row.group_key
                 if cap is not None and group is not None:

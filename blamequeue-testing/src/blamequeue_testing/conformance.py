@@ -62,6 +62,7 @@ from ._conformance.inspection import (
     TestWorkers,
 )
 from ._conformance.job_edits import TestJobEdits, TestWithoutJobEdits
+from ._conformance.job_ids import TestJobIdArguments, TestJobIds, TestWithoutJobIds
 from ._conformance.job_logs import TestJobLogs, TestLastProgress, TestWithoutJobLogs
 from ._conformance.leases import (
     TestExtendLease,
@@ -70,6 +71,7 @@ from ._conformance.leases import (
     TestSweep,
 )
 from ._conformance.lifecycle import TestEnqueue, TestLifecycle
+from ._conformance.lifo import TestLifo, TestLifoArguments, TestWithoutLifo
 from ._conformance.limits import (
     TestGlobalRateLimit,
     TestGroupConcurrency,
@@ -80,7 +82,6 @@ from ._conformance.observability import TestHealth, TestMetrics, TestQueueStats
 from ._conformance.on_time import TestOnTime, TestOnTimeAcrossProcesses
 from ._conformance.ordering import TestDelay, TestOrdering
 from ._conformance.records import TestRecords, TestWithoutRecords
-from ._conformance.retry_later import TestBackoffFunctions, TestRateLimited, TestRetryLater
 from ._conformance.results import (
     TestFlowResults,
     TestProgressEvents,
@@ -88,6 +89,7 @@ from ._conformance.results import (
     TestWithoutResults,
 )
 from ._conformance.retention import TestRetention
+from ._conformance.retry_later import TestBackoffFunctions, TestRateLimited, TestRetryLater
 from ._conformance.schedules import TestSchedules, TestWithoutSchedules
 from ._conformance.sealing_audit import TestAuditTrail, TestSealing, TestSealKeyFile
 from ._conformance.shutdown import TestShutdown
@@ -127,10 +129,14 @@ __all__ = [
     "TestHeartbeat",
     "TestJobEdits",
     "TestJobLogs",
+    "TestJobIdArguments",
+    "TestJobIds",
     "TestLeaseFence",
     "TestLifecycle",
     "TestLastProgress",
     "TestLifecycleErrors",
+    "TestLifo",
+    "TestLifoArguments",
     "TestLimitArguments",
     "TestListJobs",
     "TestMetrics",
@@ -167,6 +173,8 @@ __all__ = [
     "TestWithoutInspection",
     "TestWithoutJobEdits",
     "TestWithoutJobLogs",
+    "TestWithoutJobIds",
+    "TestWithoutLifo",
     "TestWithoutLimits",
     "TestWithoutRecords",
     "TestWithoutUniqueJobs",
