@@ -93,6 +93,8 @@ def test_value_types_are_frozen_attrs_with_the_specified_fields() -> None:
             "max_attempts",
             "classification",
             "trace_id",
+            "queue_name",
+            "on_dependency_failure",
         ],
         blamequeue.FlowJob: ["name", "job_id"],
         blamequeue.FlowResult: ["flow_id", "jobs"],

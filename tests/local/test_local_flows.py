@@ -186,6 +186,69 @@ async def test_a_table_from_before_flows_is_migrated_on_open(tmp_path: Path) -> 
     assert columns.count("depends_on") == 1
 
 
+# The release trigger of the versions before dependency policies, as they created it.
+_FIRST_FLOW_RELEASE = """
+    CREATE TRIGGER "blamequeue_jobs_flow_release"
+    AFTER UPDATE OF state ON "blamequeue_jobs" FOR EACH ROW
+    WHEN NEW.state = 'done' AND OLD.state <> 'done' AND NEW.flow_id IS NOT NULL
+    BEGIN
+        UPDATE "blamequeue_jobs" SET state = 'pending', available_at = NEW.finished_at
+        WHERE flow_id = NEW.flow_id AND state = 'parked'
+          AND EXISTS (SELECT 1 FROM json_each("blamequeue_jobs".depends_on) AS w
+                      WHERE w.value = NEW.id)
+          AND NOT EXISTS (SELECT 1 FROM json_each("blamequeue_jobs".depends_on) AS d
+                          JOIN "blamequeue_jobs" AS p ON p.id = d.value
+                          WHERE p.state <> 'done');
+    END"""
+
+
+async def test_a_table_from_before_dependency_policies_gets_their_column_and_triggers(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "old.db"
+    connection = sqlite3.connect(path)
+    connection.execute(Statements("blamequeue_jobs", None).schema[0])
+    connection.execute('ALTER TABLE "blamequeue_jobs" DROP COLUMN flow_rule')
+    connection.execute(_FIRST_FLOW_RELEASE)
+    connection.commit()
+    connection.close()
+
+    backend = make_backend(path=str(path))
+    await backend.open()
+    try:
+        await backend.enqueue(
+            [
+                attrs.evolve(
+                    flow_job("a"), max_attempts=1, dependants_error="dependency failed: a"
+                ),
+                attrs.evolve(flow_job("b", "a"), on_dependency_failure="fail"),
+                attrs.evolve(flow_job("c", "a"), on_dependency_failure="ignore"),
+            ]
+        )
+        lease = await take(backend, "a")
+        dead = Settlement(job_id="a", token=lease.token, outcome="dead", at=T0 + 5, error="x")
+        assert await backend.settle([dead], now=T0 + 5) == [True]
+        b, c = await row_of(backend, "b"), await row_of(backend, "c")
+        assert b is not None
+        assert (b.state, b.last_error, b.finished_at) == (
+            "dead",
+            "dependency failed: a",
+            T0 + 5,
+        )
+        assert c is not None
+        assert (c.state, c.available_at) == ("pending", T0 + 5)
+    finally:
+        await backend.close()
+    triggers = {
+        row[0]
+        for row in sqlite3.connect(path).execute(
+            "SELECT name FROM sqlite_master WHERE type = 'trigger'"
+        )
+    }
+    assert "blamequeue_jobs_flow_release" not in triggers
+    assert {"blamequeue_jobs_flow_done", "blamequeue_jobs_flow_fall"} <= triggers
+
+
 async def release_round(backend: LocalBackend, *, keep: bool) -> None:
     await backend.enqueue([flow_job("a"), flow_job("b", "a")])
     lease = await take(backend, "a")

@@ -10,6 +10,12 @@ import attrs
 
 JobState = Literal["pending", "inflight", "done", "dead", "parked", "cancelled"]
 Outcome = Literal["done", "retry", "dead", "release"]
+DependencyPolicy = Literal["wait", "fail", "ignore"]
+"""What a parked flow job does when a job it depends on ends ``dead`` or ``cancelled``
+(:attr:`NewJob.on_dependency_failure`)."""
+
+#: Every :data:`DependencyPolicy`, the default first.
+DEPENDENCY_POLICIES: tuple[DependencyPolicy, ...] = ("wait", "fail", "ignore")
 
 #: Every state, in the order :meth:`Backend.list_jobs` lists them (a job's lifecycle order).
 JOB_STATES: tuple[JobState, ...] = ("pending", "inflight", "parked", "done", "dead", "cancelled")
@@ -60,6 +66,18 @@ class NewJob:
     """Ids of jobs (of the same flow) that must be ``done`` before this one may run."""
     parked: bool = False
     """Store as ``parked`` instead of ``pending``: it waits for ``depends_on``."""
+    on_dependency_failure: DependencyPolicy = "wait"
+    """What this parked job does when a job of its ``depends_on`` ends ``dead`` or
+    ``cancelled`` (``Capabilities.flow_policies`` only; the core sends ``"wait"`` to other
+    backends): ``"wait"`` stays parked (a dead dependency may still be retried and
+    complete); ``"fail"`` becomes ``dead`` at once, with ``finished_at`` the dependency's and
+    the dependency's :attr:`dependants_error` as its ``last_error``; ``"ignore"`` counts a
+    ``dead`` or ``cancelled`` dependency as done (released once every other one is done too).
+    """
+    dependants_error: str | None = None
+    """The ``last_error`` a dependant of this job with ``on_dependency_failure="fail"`` gets
+    when this job ends ``dead`` or ``cancelled``: plain text written by the core (names and
+    ids only), stored with the job and copied verbatim.  ``None`` when no dependant fails."""
     group_key: str | None = None
     """The job's group for :attr:`LeaseLimits.group_concurrency` (``Capabilities.group_limits``
     only; the core never sends one to other backends)."""
@@ -138,7 +156,9 @@ class Settlement:
       ``depends_on`` are now all ``done`` (or gone: deleted done jobs count as done) becomes
       ``pending``, due at ``at`` (flows; only backends with ``Capabilities.flows``).
     * ``retry``: back to ``pending``, due at ``at``, with ``error`` as its last error.
-    * ``dead``: to the dead-letter queue, ``finished_at = at``, with ``error``.
+    * ``dead``: to the dead-letter queue, ``finished_at = at``, with ``error``; with
+      ``Capabilities.flow_policies`` the jobs parked behind it follow their
+      :attr:`NewJob.on_dependency_failure` in the same atomic step.
     * ``release``: back to ``pending`` due at ``at`` with the attempt given back
       (``attempts -= 1``); used when a worker shuts down mid-attempt.
     """

@@ -49,6 +49,8 @@ async def cancel_job(runtime: BackendRuntime, job_id: str) -> bool:
     if not outcome.cancelled:
         return False
     stored = outcome.job
+    if stored.flow_id is not None:  # children that ignore it may have been released
+        runtime.notify_flow(stored)
     await runtime.auditor.emit_job(
         CANCELLED_EVENT, stored, backend=runtime.name, data={"attempts": stored.attempts}
     )

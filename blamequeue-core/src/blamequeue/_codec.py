@@ -24,6 +24,7 @@ from ._validation import check_payload
 from .errors import BadArgumentError, QueueError, SealKeyMissingError
 
 __all__ = [
+    "DEPENDENCY_FAILED",
     "LEASE_EXPIRED",
     "Codec",
     "JsonCodec",
@@ -40,6 +41,12 @@ __all__ = [
 #: expired job at once, so it is stored as this plain text (it holds no user data) and read back
 #: as is by every codec.
 LEASE_EXPIRED = "lease expired"
+
+#: How the last error of a flow job dead-lettered with a dependency starts (``FlowChild``'s
+#: ``on_dependency_failure="fail"``).  The backend copies it from the dependency's
+#: ``dependants_error`` in the step that kills the dependency, so it is plain text (names and
+#: ids only, readable by design) and read back as is by every codec.
+DEPENDENCY_FAILED = "dependency failed: "
 
 
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
@@ -327,7 +334,7 @@ class SealedCodec:
         return self.seal_text(message, where)
 
     def decode_error(self, data: str | None, where: bytes) -> str | None:
-        if data is None or data == LEASE_EXPIRED:
+        if data is None or data == LEASE_EXPIRED or data.startswith(DEPENDENCY_FAILED):
             return data
         try:
             text = self._unseal(data)

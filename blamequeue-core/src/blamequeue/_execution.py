@@ -442,11 +442,12 @@ async def settle(
             await _count_in_batch(runtime, a, outcome)
         if runtime.events.wants(_EVENT_OF[outcome]):
             emit_settled(runtime, a, outcome)
+        if a.job.flow_id is not None and outcome in ("done", "dead"):
+            # Its end may have released parked siblings (a dead one those that ignore it),
+            # on any queue of the flow: wake idle consumers.
+            runtime.notify_flow(a.job, a.meta)
         if outcome == "done":
             counts.succeeded += 1
-            if a.job.flow_id is not None:
-                # Its completion may have released parked siblings: wake idle consumers.
-                runtime.notify(a.job.queue)
             continue
         counts.failed += 1
         if outcome == "retry":

@@ -8,7 +8,15 @@ and release them (see :class:`blamequeue.abc.Settlement`); they never see a chil
 the graph as such.
 
 A child's flow name travels in the job's ``meta`` (key :data:`FLOW_NAME_KEY`), so
-:meth:`Queue.flow_status <blamequeue.Queue.flow_status>` can report children by name.
+:meth:`Queue.flow_status <blamequeue.Queue.flow_status>` can report children by name; a flow
+spanning several queues (``FlowChild.queue_name``) lists them all in each job's ``meta`` too
+(``flow_queues``), so whoever ends one of its jobs wakes the consumers of the queues where a
+child may have been released.
+
+``on_dependency_failure`` travels to the backend as :attr:`NewJob.on_dependency_failure`; a
+job that has dependants saying ``"fail"`` carries the last error they get should it die
+(:attr:`NewJob.dependants_error`, text starting :data:`DEPENDENCY_FAILED`, naming the job and
+its id: names and ids only, never a payload or an error text).
 """
 
 from __future__ import annotations
@@ -19,15 +27,22 @@ from typing import Any
 
 import attrs
 
+from ._codec import DEPENDENCY_FAILED
 from ._ids import new_id
-from ._job_meta import FLOW_NAME_KEY, JobMeta
+from ._job_meta import FLOW_NAME_KEY, FLOW_QUEUES_KEY, JobMeta
 from ._models import FlowChild
-from .abc import NewJob
+from ._validation import check_queue_name
+from .abc import DEPENDENCY_POLICIES, NewJob
 from .errors import BadArgumentError, FlowError
 
-__all__ = ["FLOW_NAME_KEY", "flow_name", "parse_flow", "plan_flow", "with_flow_name"]
-
-"""The ``meta`` key holding a child's name within its flow."""
+__all__ = [
+    "FLOW_NAME_KEY",
+    "dependants_error",
+    "flow_name",
+    "parse_flow",
+    "plan_flow",
+    "with_flow_name",
+]
 
 _CHILD_KEYS = frozenset(field.name for field in attrs.fields(FlowChild))
 
@@ -69,6 +84,16 @@ def _child(index: int, value: Any) -> FlowChild:
                 f"{where} ({child.name!r}): depends_on must hold sibling names (non-empty "
                 f"strings), got {dep!r}"
             )
+    if child.queue_name is not None:
+        try:
+            check_queue_name(child.queue_name, f"{where} ({child.name!r}): queue_name")
+        except BadArgumentError as exc:
+            raise _bad(f"{exc.message} (or None for the flow's queue)") from exc
+    if child.on_dependency_failure not in DEPENDENCY_POLICIES:
+        raise _bad(
+            f"{where} ({child.name!r}): on_dependency_failure must be one of "
+            f"{', '.join(map(repr, DEPENDENCY_POLICIES))}, got {child.on_dependency_failure!r}"
+        )
     # A repeated dependency means nothing more than one; keep the first mention's order.
     return attrs.evolve(child, depends_on=tuple(dict.fromkeys(depends_on)))
 
@@ -144,11 +169,24 @@ def parse_flow(children: Any) -> list[FlowChild]:
     return parsed
 
 
-def with_flow_name(meta: str | None, name: str) -> str:
-    """``meta`` (a JSON object or ``None``) with the child's flow name added."""
+def with_flow_name(meta: str | None, name: str, queues: Sequence[str] = ()) -> str:
+    """``meta`` (a JSON object or ``None``) with the child's flow name added, and the flow's
+    queues when it spans several."""
     value: dict[str, Any] = json.loads(meta) if meta else {}
     value[FLOW_NAME_KEY] = name
+    if len(queues) > 1:
+        value[FLOW_QUEUES_KEY] = list(queues)
     return json.dumps(value, separators=(",", ":"))
+
+
+def dependants_error(name: str, job_id: str) -> str:
+    """The last error of a child dead-lettered because the job ``job_id`` (flow name
+    ``name``) it depends on ended dead or cancelled (``on_dependency_failure="fail"``)."""
+    return (
+        f"{DEPENDENCY_FAILED}flow job {name!r} ({job_id}) ended dead or cancelled, and this "
+        f"job was set to fail with it (on_dependency_failure='fail'); retry that job, then "
+        f"this one, from the dead-letter queue"
+    )
 
 
 def flow_name(meta: str | None) -> str | None:
@@ -174,6 +212,7 @@ def plan_flow(children: Any, build_job: Callable[[FlowChild], NewJob]) -> FlowPl
     ``queue/bad-argument`` or ``queue/bad-payload``, re-raised here naming the child.  Children
     without dependencies stay pending and due as built; the others are ``parked`` with
     ``depends_on`` holding their siblings' job ids.  All children share one ``flow_id``.
+    ``build_job`` puts each job on its child's queue (``queue_name``, else the flow's).
     """
     parsed = parse_flow(children)
     built: list[NewJob] = []
@@ -186,13 +225,21 @@ def plan_flow(children: Any, build_job: Callable[[FlowChild], NewJob]) -> FlowPl
             ) from exc
     flow_id = "flow-" + new_id()
     ids = {child.name: job.id for child, job in zip(parsed, built, strict=True)}
+    queues = tuple(dict.fromkeys(job.queue for job in built))
+    failing = {
+        dep for child in parsed if child.on_dependency_failure == "fail" for dep in child.depends_on
+    }
     jobs = [
         attrs.evolve(
             job,
             flow_id=flow_id,
-            meta=with_flow_name(job.meta, child.name),
+            meta=with_flow_name(job.meta, child.name, queues),
             depends_on=tuple(ids[dep] for dep in child.depends_on),
             parked=bool(child.depends_on),
+            on_dependency_failure=child.on_dependency_failure,
+            dependants_error=dependants_error(child.name, job.id)
+            if child.name in failing
+            else None,
         )
         for child, job in zip(parsed, built, strict=True)
     ]

@@ -12,6 +12,8 @@ The keys, one per concern that owns them:
   is on, else a JSON object;
 * ``batch`` (``_batches``): the id of the batch the job belongs to;
 * ``flow_name`` (``_flows``): the child's name in its flow;
+* ``flow_queues`` (``_flows``): every queue of the child's flow, when it spans several (so
+  the core wakes their consumers when this job's end may release a child there);
 * ``backoff`` (``_backoff``): the job's own backoff, as ``Backoff.to_spec()``;
 * ``timeout`` (``_timeouts``): seconds a handler may run.
 """
@@ -29,6 +31,7 @@ __all__ = [
     "BATCH_KEY",
     "CONTEXT_KEY",
     "FLOW_NAME_KEY",
+    "FLOW_QUEUES_KEY",
     "TASK_KEY",
     "TIMEOUT_KEY",
     "JobMeta",
@@ -38,12 +41,19 @@ TASK_KEY: Final = "task"
 CONTEXT_KEY: Final = "context"
 BATCH_KEY: Final = "batch"
 FLOW_NAME_KEY: Final = "flow_name"
+FLOW_QUEUES_KEY: Final = "flow_queues"
 BACKOFF_KEY: Final = "backoff"
 TIMEOUT_KEY: Final = "timeout"
 
 
 def _text(value: Any) -> str | None:
     return value if isinstance(value, str) else None
+
+
+def _texts(value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list):
+        return ()
+    return tuple(item for item in value if isinstance(item, str))
 
 
 def _seconds(value: Any) -> float | None:
@@ -63,6 +73,8 @@ class JobMeta:
     """As stored: a sealed string (opened by ``_job_seals.open_context``) or a JSON object."""
     batch: str | None = None
     flow_name: str | None = None
+    flow_queues: tuple[str, ...] = ()
+    """Every queue of the job's flow when it spans several, else empty."""
     backoff: Any = None
     """The job's own backoff spec, or ``None`` for the backend's."""
     timeout: float | None = None
@@ -83,6 +95,7 @@ class JobMeta:
             context=value.get(CONTEXT_KEY),
             batch=_text(value.get(BATCH_KEY)),
             flow_name=_text(value.get(FLOW_NAME_KEY)),
+            flow_queues=_texts(value.get(FLOW_QUEUES_KEY)),
             backoff=value.get(BACKOFF_KEY),
             timeout=_seconds(value.get(TIMEOUT_KEY)),
         )

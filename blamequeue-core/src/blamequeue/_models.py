@@ -9,7 +9,7 @@ from typing import Any, Literal
 import attrs
 
 from ._validation import MAX_SECONDS_TEXT, is_duration
-from .abc import JobState
+from .abc import DependencyPolicy, JobState
 
 __all__ = [
     "BackendStatus",
@@ -249,7 +249,15 @@ class RateLimit:
 
 @attrs.frozen(kw_only=True)
 class FlowChild:
-    """One node of a flow (see :meth:`Queue.enqueue_flow`)."""
+    """One node of a flow (see :meth:`Queue.enqueue_flow`).
+
+    ``queue_name``: the queue the child's job goes to, another queue of the flow's backend;
+    ``None`` (the default) puts it on the flow's queue.  ``on_dependency_failure``: what the
+    child does while it waits and a job it depends on ends dead (out of attempts,
+    ``UnrecoverableError``, an expired last lease) or cancelled: ``"wait"`` (the default)
+    stays parked, to run should that job be retried and complete; ``"fail"`` is dead-lettered
+    at once, its last error naming that job; ``"ignore"`` goes on as if that job were done.
+    """
 
     name: str
     payload: Any = None
@@ -258,6 +266,8 @@ class FlowChild:
     max_attempts: int | None = None
     classification: str | None = None
     trace_id: str | None = None
+    queue_name: str | None = None
+    on_dependency_failure: DependencyPolicy = "wait"
 
 
 @attrs.frozen(kw_only=True)

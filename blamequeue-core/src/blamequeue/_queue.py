@@ -90,7 +90,18 @@ from ._validation import (
     check_priority,
     check_queue_name,
 )
-from .abc import Clock, DeadLetters, Flows, Inspection, JobIds, Lifo, NewJob, StoredJob
+from .abc import (
+    Clock,
+    CrossQueueFlows,
+    DeadLetters,
+    FlowPolicies,
+    Flows,
+    Inspection,
+    JobIds,
+    Lifo,
+    NewJob,
+    StoredJob,
+)
 from .errors import (
     BadArgumentError,
     ConfigError,
@@ -874,10 +885,16 @@ class Queue:
 
         Each child is a :class:`FlowChild` or a mapping with its keys.  Children without
         ``depends_on`` are due at once; the others wait ``parked`` until every sibling they name
-        is done, then become due together.  The whole specification is checked before anything
-        is stored (``queue/bad-flow``, ``queue/flow-unknown-dep``, ``queue/flow-cycle``, and
-        ``enqueue``'s own checks for each child); a backend that cannot release parked jobs
-        refuses with ``queue/flow-unsupported``.  ``FlowResult.jobs`` follows declaration order.
+        is done, then become due together.  A child's ``queue_name`` puts it on another queue
+        of the same backend (``queue/flow-unsupported`` on a backend without the
+        ``cross_queue_flows`` capability); its ``on_dependency_failure`` says what it does when
+        a sibling it waits for ends dead or cancelled: ``"wait"`` (stay parked),
+        ``"fail"`` (dead-lettered at once, naming that sibling), ``"ignore"`` (go on as if
+        it were done); ``queue/flow-unsupported`` without the ``flow_policies`` capability.
+        The whole specification is checked before anything is stored (``queue/bad-flow``,
+        ``queue/flow-unknown-dep``, ``queue/flow-cycle``, and ``enqueue``'s own checks for
+        each child); a backend that cannot release parked jobs refuses with
+        ``queue/flow-unsupported``.  ``FlowResult.jobs`` follows declaration order.
         """
         runtime = self._flow_runtime(backend)
         try:
@@ -888,7 +905,7 @@ class Queue:
         def build(child: FlowChild) -> NewJob:
             [job] = self._build_jobs(
                 runtime,
-                queue_name,
+                queue_name if child.queue_name is None else child.queue_name,
                 [child.payload],
                 priority=child.priority,
                 delay=0.0,
@@ -901,8 +918,14 @@ class Queue:
             return job
 
         plan = plan_flow(children, build)
+        if any(job.queue != queue_name for job in plan.jobs):
+            CrossQueueFlows.of(runtime.backend)
+        if any(job.on_dependency_failure != "wait" for job in plan.jobs):
+            FlowPolicies.of(runtime.backend)
         plan = attrs.evolve(plan, jobs=seal_jobs(runtime.codec, plan.jobs))
-        await self._store(runtime, queue_name, plan.jobs)
+        await runtime.call("enqueue", lambda: runtime.backend.enqueue(plan.jobs))
+        for queue in dict.fromkeys(job.queue for job in plan.jobs):
+            self._announce(runtime, queue, [job.id for job in plan.jobs if job.queue == queue])
         await self._auditor.emit(
             "system.queue.flow.register",
             backend=runtime.name,
@@ -1057,6 +1080,8 @@ class Queue:
             await self._emit_lease_expired(runtime, stored, "pending")
             self._stalled(runtime, stored, dead=False)
         for stored in result.dead:
+            if stored.flow_id is not None:  # children that ignore it may have been released
+                runtime.notify_flow(stored)
             await self._emit_lease_expired(runtime, stored, "dead")
             await emit_dead(runtime, stored, LEASE_EXPIRED)
             self._stalled(runtime, stored, dead=True)
@@ -1205,8 +1230,8 @@ class Queue:
         plain ``def`` handler is abandoned in its thread).  A handler that finishes before
         its worker hears of it changes nothing: the job stays ``cancelled`` (its side effects
         may have happened).  Cancelled jobs are kept and pruned like ``done`` ones
-        (``retain_done``); flow children waiting on a cancelled job stay ``parked``, as
-        behind a dead one.
+        (``retain_done``); flow children waiting on a cancelled job are treated as behind a
+        dead one: they stay ``parked``, or follow their ``on_dependency_failure``.
 
         Returns True when this call cancelled the job, False when it had already finished
         (done, dead or cancelled).  An unknown id raises ``queue/job-not-found``; a backend

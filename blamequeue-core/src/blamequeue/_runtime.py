@@ -15,6 +15,7 @@ from ._audit import Auditor
 from ._backoff import Backoff, parse_backoff
 from ._codec import Codec
 from ._events import EventBus
+from ._job_meta import JobMeta
 from ._metrics_buffer import MetricsBuffer
 from ._plugins import PluginRegistry
 from ._resilience import CircuitBreaker, Guard, parse_breaker_options, parse_retry
@@ -25,7 +26,7 @@ from ._validation import (
     check_max_payload_bytes,
     is_duration,
 )
-from .abc import Backend, BackendContext, Clock
+from .abc import Backend, BackendContext, Clock, StoredJob
 from .errors import ConfigError, ErrorCode, QueueError, SealKeyMissingError, UnsupportedError
 
 __all__ = ["BackendRuntime", "build_runtime"]
@@ -148,6 +149,15 @@ class BackendRuntime:
             event.set()
         for scope in self._wake_scopes.pop(queue, ()):
             scope.cancel()
+
+    def notify_flow(self, job: StoredJob, meta: JobMeta | None = None) -> None:
+        """The flow job ``job`` ended (done, dead or cancelled), which may have released
+        children of its flow: wake this process's idle consumers of its queue and of every
+        other queue of its flow (``meta``: its parsed meta, when the caller has it)."""
+        self.notify(job.queue)
+        for queue in (meta or JobMeta.parse(job.meta)).flow_queues:
+            if queue != job.queue:
+                self.notify(queue)
 
     @contextlib.contextmanager
     def cancelled_on_wake(self, queue: str, scope: anyio.CancelScope) -> Iterator[None]:

@@ -62,11 +62,13 @@ from ._backend_kit import (
 )
 from ._backend_options import OptionReader
 from ._backend_values import (
+    DEPENDENCY_POLICIES,
     JOB_STATES,
     UNIQUE_HOLDING_STATES,
     BackendContext,
     CancelOutcome,
     Clock,
+    DependencyPolicy,
     EditOutcome,
     JobCursor,
     JobState,
@@ -96,8 +98,12 @@ __all__ = [
     "Cancellation",
     "Capabilities",
     "Clock",
+    "CrossQueueFlows",
+    "DEPENDENCY_POLICIES",
     "DeadLetters",
     "EditOutcome",
+    "DependencyPolicy",
+    "FlowPolicies",
     "Flows",
     "GroupLimits",
     "Inspection",
@@ -159,6 +165,8 @@ class Capabilities:
 
     * ``dlq``: :class:`DeadLetters`.
     * ``flows``: :class:`Flows`.
+    * ``flow_policies``: :class:`FlowPolicies`.
+    * ``cross_queue_flows``: :class:`CrossQueueFlows`.
     * ``records``: :class:`Records`.
     * ``unique``: :class:`Uniqueness`.
     * ``global_rate_limit``: :class:`RateLimits`.
@@ -182,6 +190,8 @@ class Capabilities:
 
     dlq: bool = False
     flows: bool = False
+    flow_policies: bool = False
+    cross_queue_flows: bool = False
     records: bool = False
     unique: bool = False
     global_rate_limit: bool = False
@@ -226,12 +236,12 @@ class Backend(abc.ABC):
     """The required part of every backend: a job store the core drives.  Subclass it, set
     :attr:`protocol`, implement the abstract methods below, and the queue works: enqueue,
     lease, settle (complete, retry, dead-letter, release), extend, sweep, size and purge.  Then
-    inherit the optional facets (:class:`DeadLetters`, :class:`Flows`, :class:`Records`,
-    :class:`Uniqueness`, :class:`RateLimits`, :class:`GroupLimits`, :class:`Inspection`,
-    :class:`Results`, :class:`JobEvents`, :class:`Cancellation`, :class:`JobEdits`,
-    :class:`JobIds`, :class:`Lifo`, :class:`Wakeup`, :class:`NextDue`, :class:`WaitAndLease`,
-    :class:`OverlappedLease`) your store can hold: each adds its methods, and
-    :attr:`capabilities` follows from the facets a class inherits.
+    inherit the optional facets (:class:`DeadLetters`, :class:`Flows`, :class:`FlowPolicies`,
+    :class:`CrossQueueFlows`, :class:`Records`, :class:`Uniqueness`, :class:`RateLimits`,
+    :class:`GroupLimits`, :class:`Inspection`, :class:`Results`, :class:`JobEvents`,
+    :class:`Cancellation`, :class:`JobEdits`, :class:`JobIds`, :class:`Lifo`, :class:`Wakeup`,
+    :class:`NextDue`, :class:`WaitAndLease`, :class:`OverlappedLease`) your store can hold:
+    each adds its methods, and :attr:`capabilities` follows from the facets a class inherits.
 
     Construction takes no I/O: validate ``options`` and raise
     :class:`~blamequeue.errors.ConfigError` (``queue/invalid-config``) for anything wrong,
@@ -461,6 +471,10 @@ class Flows(Backend):
     ``parked``; settling a job ``done`` releases (to ``pending``, due at ``now``) each parked
     job of its flow whose every dependency is then ``done``, in the same atomic step; a job
     whose dependencies are no longer stored counts them as done.
+
+    A job that ends ``dead`` (or ``cancelled``) releases nothing: the jobs parked behind it
+    stay parked, and are released when it is retried (:meth:`DeadLetters.dlq_retry`) and
+    completes.  :class:`FlowPolicies` lets each of them choose otherwise.
     """
 
     capability = "flows"
@@ -473,6 +487,62 @@ class Flows(Backend):
     @abc.abstractmethod
     async def flow_jobs(self, flow_id: str) -> list[StoredJob]:
         """Every job still stored with this ``flow_id``, in enqueue order."""
+
+
+class FlowPolicies(Flows):
+    """Facet: a parked flow job's :attr:`NewJob.on_dependency_failure` (store it with the job,
+    and :attr:`NewJob.dependants_error` too).  No methods of its own: it changes what the
+    transitions of :class:`Backend` and :class:`Cancellation` do to the jobs parked behind a
+    job that ends ``dead`` or ``cancelled``.
+
+    Every step that makes a flow job ``dead`` or ``cancelled`` (:meth:`Backend.settle` with
+    outcome ``dead``, :meth:`Backend.sweep` dead-lettering an expired lease,
+    :meth:`Cancellation.cancel`, and this rule itself), applies, **in the same atomic step**,
+    to each ``parked`` job whose ``depends_on`` names it, according to that job's policy:
+
+    * ``"wait"``: nothing; it stays parked (released should the dead job be retried and
+      complete);
+    * ``"fail"``: it becomes ``dead``, ``finished_at`` the dying job's, ``last_error`` the
+      dying job's ``dependants_error``, attempts unchanged; and the rule applies to the jobs
+      parked behind *it*, so a failure travels down the graph as far as the jobs that say
+      ``"fail"``, and stops at the first that waits (or ignores);
+    * ``"ignore"``: the dead (or cancelled) dependency counts as done for it: released to
+      ``pending``, due at the dying job's ``finished_at``, when every other dependency is
+      done, gone, or dead or cancelled too.
+
+    The release on ``done`` (:class:`Flows`) counts, for an ``"ignore"`` job, its ``dead``
+    and ``cancelled`` dependencies as done as well.  Retrying a dead job changes nothing for
+    the jobs parked behind it.  The core refuses a policy other than ``"wait"`` on a backend
+    without this facet (``queue/flow-unsupported``) and never sends one.
+    """
+
+    capability = "flow_policies"
+    refusal: ClassVar[Refusal | None] = (
+        "queue/flow-unsupported",
+        "let flow children fail or go on when a dependency dies (on_dependency_failure)",
+        "e.g. 'local', 'redis', 'memory'",
+    )
+
+
+class CrossQueueFlows(Flows):
+    """Facet: one flow's jobs on several queues of the backend (``FlowChild.queue_name``).
+    No methods of its own.
+
+    The release of parked jobs (:class:`Flows`) and, with :class:`FlowPolicies`, the
+    dependency policies reach the flow's jobs on every queue, in the same atomic step as the
+    transition that causes them; a released job is leased by the consumers of its own queue,
+    and a backend with :class:`Wakeup` wakes that queue's idle consumers in other processes
+    (this process's are woken by the core).  :meth:`Flows.flow_jobs` answers the flow's jobs
+    of every queue.  The core refuses a child on another queue on a backend without this
+    facet (``queue/flow-unsupported``).
+    """
+
+    capability = "cross_queue_flows"
+    refusal: ClassVar[Refusal | None] = (
+        "queue/flow-unsupported",
+        "put the children of one flow on other queues",
+        "e.g. 'local', 'memory'",
+    )
 
 
 class Records(Backend):
@@ -763,8 +833,10 @@ class Cancellation(Backend):
           with it answers ``None``, which tells the worker to cancel the handler;
         * a ``cancelled`` job is kept like a ``done`` one: pruned by the sweep after
           ``retain_done``, deleted by :meth:`purge`;
-        * flows: jobs ``parked`` behind a cancelled job are left parked, as behind a ``dead``
-          one (only ``done`` releases them).
+        * flows: jobs ``parked`` behind a cancelled job are treated as behind a ``dead`` one:
+          left parked, or, with :class:`FlowPolicies`, each following its
+          :attr:`NewJob.on_dependency_failure` in the same atomic step (a cancelled job will
+          never be done either).
 
         A job already ``done``, ``dead`` or ``cancelled`` is left as it is
         (``CancelOutcome.cancelled`` is False).
@@ -966,6 +1038,8 @@ class OverlappedLease(Backend):
 FACETS: tuple[type[Backend], ...] = (
     DeadLetters,
     Flows,
+    FlowPolicies,
+    CrossQueueFlows,
     Records,
     Uniqueness,
     RateLimits,

@@ -28,8 +28,10 @@ from blamequeue.abc import (
     BackendContext,
     Cancellation,
     CancelOutcome,
+    CrossQueueFlows,
     DeadLetters,
     EditOutcome,
+    FlowPolicies,
     Flows,
     GroupLimits,
     JobCursor,
@@ -128,7 +130,16 @@ def _bound_values(job: NewJob) -> tuple[Any, ...]:
         job.flow_id,
         _depends_on(job),
         job.group_key,
+        _flow_rule(job),
     )
+
+
+def _flow_rule(job: NewJob) -> str | None:
+    """The ``flow_rule`` column: ``[on_dependency_failure, dependants_error]``, or NULL for a
+    job that waits and has no dependant failing with it."""
+    if job.on_dependency_failure == "wait" and job.dependants_error is None:
+        return None
+    return json.dumps([job.on_dependency_failure, job.dependants_error], separators=(",", ":"))
 
 
 def stored_job(row: Row) -> StoredJob:
@@ -169,7 +180,9 @@ def _leases(rows: list[Row], token: str, expires_at: float) -> list[Lease]:
 
 class LocalBackend(
     Cancellation,
+    CrossQueueFlows,
     DeadLetters,
+    FlowPolicies,
     Flows,
     GroupLimits,
     JobEdits,
@@ -266,6 +279,12 @@ class LocalBackend(
                 await self._retry_busy(create)
                 if number == 0:  # the CREATE TABLE: bring an older table up to date
                     await self._retry_busy(lambda: self._add_missing_columns(store))
+                    for drop in self._sql.drop_replaced:
+
+                        async def replace(drop: str = drop) -> int:
+                            return await self._boundary.call(store.execute(drop, ()))
+
+                        await self._retry_busy(replace)
             self._signature = await self._find_signature(store)
         except BaseException:
             if owned is not None:

@@ -5,7 +5,10 @@ processes on one file, and a batch of any size costs one statement (one worker-t
 enqueue binds up to 2048 jobs as parameters of one multi-row insert (larger batches travel as
 one JSON array read with ``json_each``); settle and extend send their batch as one JSON array.
 Flows add nothing to a batch: a trigger on the table releases the jobs parked behind a flow job
-inside the very statement that marks it done (see the trigger in :class:`Statements`).
+inside the very statement that marks it done, and another applies the dependency policies of
+the jobs parked behind one inside the statement that marks it dead or cancelled (see the
+triggers in :class:`Statements`).  A flow's jobs may be on any queues of the table: both
+triggers find them by flow id.
 The only text spliced into SQL is the table and schema name, validated as plain identifiers
 beforehand and quoted.
 """
@@ -23,6 +26,7 @@ __all__ = [
     "ENQUEUE_PARAMETERS",
     "ENQUEUE_VALUES_MAX",
     "MAX_PARAMETERS",
+    "REPLACED_TRIGGERS",
     "Statements",
     "WORKER_COLUMNS",
 ]
@@ -42,16 +46,16 @@ WORKER_COLUMNS: Final = (
 #: The columns :meth:`Statements.enqueue_values` binds, in order.
 ENQUEUE_COLUMNS: Final = (
     "id, queue, state, payload, priority, max_attempts, created_at, available_at, "
-    "classification, trace_id, meta, flow_id, depends_on, group_key"
+    "classification, trace_id, meta, flow_id, depends_on, group_key, flow_rule"
 )
 
 #: SQLite's default limit on bound parameters per statement (since 3.32).
 MAX_PARAMETERS: Final = 32766
 
 #: How many parameters :meth:`Statements.enqueue_values` binds per job.
-ENQUEUE_PARAMETERS: Final = 14
+ENQUEUE_PARAMETERS: Final = 15
 
-#: The largest batch :meth:`Statements.enqueue_values` takes (a power of two, 14 parameters a
+#: The largest batch :meth:`Statements.enqueue_values` takes (a power of two, 15 parameters a
 #: job, within MAX_PARAMETERS); larger batches travel as one JSON parameter.
 ENQUEUE_VALUES_MAX: Final = 2048
 
@@ -63,7 +67,12 @@ ADDED_COLUMNS: Final = {
     "unique_key": "TEXT",
     "unique_until": "REAL",
     "result": "TEXT",
+    "flow_rule": "TEXT",
 }
+
+#: Triggers of earlier versions that a newer one under another name replaces: dropped when
+#: the backend opens the table.
+REPLACED_TRIGGERS: Final = ("flow_release",)
 
 #: Seconds a progress event stays in the events table (only to reach current subscribers).
 EVENTS_KEPT: Final = 10.0
@@ -94,6 +103,9 @@ class Statements:
         # ``seq`` (the rowid) is the enqueue order; ``id`` is the public job id.  payload,
         # last_error and meta are opaque text from the core, stored verbatim.  depends_on is
         # a JSON array of job ids (NULL when none): a ``parked`` job waits for all of them.
+        # flow_rule is NULL or a JSON array [on_dependency_failure, dependants_error] (see
+        # NewJob): what the job does when a dependency dies, and the last error its own
+        # dependants that fail get when it dies (NULL: wait, and none fails with it).
         create_table = f"""
             CREATE TABLE IF NOT EXISTS {t} (
                 seq INTEGER PRIMARY KEY,
@@ -118,7 +130,8 @@ class Statements:
                 group_key TEXT,
                 unique_key TEXT,
                 unique_until REAL,
-                result TEXT
+                result TEXT,
+                flow_rule TEXT
             )"""
         # The lease index's columns follow the lease ORDER BY, so taking the next N jobs is
         # an index range walk whatever the backlog; it also serves size() and purge().  The
@@ -142,14 +155,16 @@ class Statements:
             f'ON "{table}" (flow_id, seq) WHERE flow_id IS NOT NULL',
             # Flows: when a flow job becomes done, each parked job waiting on it becomes
             # pending, due at its finished_at, if every job it depends on is now done or gone
-            # (deleted done jobs count as done).  A trigger runs inside the statement that
-            # settles the job, so the release is atomic with it, with no extra round trip, and
-            # correct with several processes: SQLite serialises writers, and the last of two
-            # concurrent completions sees the other one done.  Its WHEN clause keeps every
-            # other update (leasing, retries, jobs outside flows) from doing any flow work.
-            # The body may not qualify table names; they resolve in the trigger's schema.
+            # (deleted done jobs count as done; for a job that ignores dead dependencies, dead
+            # and cancelled ones count too).  A trigger runs inside the statement that settles
+            # the job, so the release is atomic with it, with no extra round trip, and correct
+            # with several processes: SQLite serialises writers, and the last of two concurrent
+            # completions sees the other one done.  Its WHEN clause keeps every other update
+            # (leasing, retries, jobs outside flows) from doing any flow work.  The body may not
+            # qualify table names; they resolve in the trigger's schema.  (It replaces the
+            # trigger flow_release of earlier versions, which knew no dependency policies.)
             f"""
-            CREATE TRIGGER IF NOT EXISTS {prefix}"{table}_flow_release"
+            CREATE TRIGGER IF NOT EXISTS {prefix}"{table}_flow_done"
             AFTER UPDATE OF state ON "{table}" FOR EACH ROW
             WHEN NEW.state = 'done' AND OLD.state <> 'done' AND NEW.flow_id IS NOT NULL
             BEGIN
@@ -157,9 +172,49 @@ class Statements:
                 WHERE flow_id = NEW.flow_id AND state = 'parked'
                   AND EXISTS (SELECT 1 FROM json_each("{table}".depends_on) AS w
                               WHERE w.value = NEW.id)
-                  AND NOT EXISTS (SELECT 1 FROM json_each("{table}".depends_on) AS d
-                                  JOIN "{table}" AS p ON p.id = d.value
-                                  WHERE p.state <> 'done');
+                  AND NOT EXISTS (
+                      SELECT 1 FROM json_each("{table}".depends_on) AS d
+                      JOIN "{table}" AS p ON p.id = d.value
+                      WHERE p.state <> 'done'
+                        AND NOT (p.state IN ('dead', 'cancelled')
+                                 AND "{table}".flow_rule ->> 0 = 'ignore'));
+            END""",
+            # Flows: when a flow job dies (dead or cancelled, from a live state), the jobs
+            # parked behind it follow their on_dependency_failure in the same statement.
+            # First every job reached through a chain of parked 'fail' jobs becomes dead, with
+            # the dependants_error of the job it waited for (``fallen`` walks the chain: id,
+            # the job's own dependants_error, the error it gets; a job reached twice, as the
+            # join of a diamond, takes one of them).  Then each parked 'ignore' job of the flow
+            # whose every dependency is done, dead, cancelled or gone becomes pending, due at
+            # the dying job's finished_at.  The first update does not fire this trigger again
+            # (SQLite's triggers do not recurse unless asked to): the walk covers the chain.
+            f"""
+            CREATE TRIGGER IF NOT EXISTS {prefix}"{table}_flow_fall"
+            AFTER UPDATE OF state ON "{table}" FOR EACH ROW
+            WHEN NEW.state IN ('dead', 'cancelled') AND OLD.state IN {_LIVE}
+                 AND NEW.flow_id IS NOT NULL
+            BEGIN
+                UPDATE "{table}" SET state = 'dead', finished_at = NEW.finished_at,
+                                     last_error = f.error, lease_expires_at = NULL
+                FROM (
+                    WITH RECURSIVE fallen(id, notice, error) AS (
+                        SELECT NEW.id, NEW.flow_rule ->> 1, NULL
+                        UNION
+                        SELECT c.id, c.flow_rule ->> 1, fallen.notice
+                        FROM fallen JOIN "{table}" AS c
+                          ON c.flow_id = NEW.flow_id AND c.state = 'parked'
+                         AND c.flow_rule ->> 0 = 'fail'
+                         AND EXISTS (SELECT 1 FROM json_each(c.depends_on) AS w
+                                     WHERE w.value = fallen.id))
+                    SELECT id, min(error) AS error FROM fallen WHERE id <> NEW.id GROUP BY id
+                ) AS f
+                WHERE "{table}".id = f.id AND "{table}".state = 'parked';
+                UPDATE "{table}" SET state = 'pending', available_at = NEW.finished_at
+                WHERE flow_id = NEW.flow_id AND state = 'parked' AND flow_rule ->> 0 = 'ignore'
+                  AND NOT EXISTS (
+                      SELECT 1 FROM json_each("{table}".depends_on) AS d
+                      JOIN "{table}" AS p ON p.id = d.value
+                      WHERE p.state NOT IN ('done', 'dead', 'cancelled'));
             END""",
             # Inspection: list_jobs pages through one state of a queue in enqueue order
             # (keyset on seq), so a page costs the same wherever it starts.
@@ -206,6 +261,9 @@ class Statements:
         # Migration of a table made by an earlier version: which columns it has.  Missing
         # columns are added after the CREATE TABLE and before everything else.
         self.table_info = f'PRAGMA {prefix}table_info("{table}")'
+        self.drop_replaced = tuple(
+            f'DROP TRIGGER IF EXISTS {prefix}"{table}_{name}"' for name in REPLACED_TRIGGERS
+        )
 
         # For batches beyond ENQUEUE_VALUES_MAX jobs: one JSON array per job, of the values of
         # ENQUEUE_COLUMNS in order (what enqueue_values binds for it; depends_on is JSON text or
@@ -214,7 +272,7 @@ class Statements:
             INSERT INTO {t} ({ENQUEUE_COLUMNS})
             SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3, value ->> 4, value ->> 5,
                    value ->> 6, value ->> 7, value ->> 8, value ->> 9, value ->> 10, value ->> 11,
-                   value ->> 12, value ->> 13
+                   value ->> 12, value ->> 13, value ->> 14
             FROM json_each(?1) ORDER BY key"""
 
         self.limits_schema = (
@@ -546,7 +604,7 @@ class Statements:
         return self.enqueue_values(rows) + " ON CONFLICT (id) DO NOTHING RETURNING id"
 
     def enqueue_values(self, rows: int) -> str:
-        """Insert up to ``rows`` jobs bound as 14 parameters each, in ``ENQUEUE_COLUMNS`` order.
+        """Insert up to ``rows`` jobs bound as 15 parameters each, in ``ENQUEUE_COLUMNS`` order.
 
         Rows whose id is NULL are padding and skipped: the backend pads a batch to the next
         power of two, so a dozen statement texts serve every batch size from the connection's

@@ -15,7 +15,11 @@ leases and retained ``done`` jobs have heaps of their own for the sweep.
 
 Flows: a ``parked`` job sits in no heap (it is never leased); it is filed under each id in its
 ``depends_on``, so a ``done`` settlement looks only at the jobs waiting on that one job, and is
-released in the same locked step once every dependency is ``done`` or gone.
+released in the same locked step once every dependency is ``done`` or gone.  A job that ends
+``dead`` or ``cancelled`` walks the same lists, in the same locked step, for the jobs whose
+``on_dependency_failure`` is ``"fail"`` (dead too, and so on down the graph) or ``"ignore"``
+(released once the rest is done).  The flow index is the store's, not a queue's, so a flow's
+jobs may sit on several queues.
 
 Options: ``namespace`` (optional string).  Backends built with the same namespace share one
 store, like several workers on one database; without it each backend has a private store.
@@ -42,8 +46,10 @@ from blamequeue.abc import (
     BackendContext,
     Cancellation,
     CancelOutcome,
+    CrossQueueFlows,
     DeadLetters,
     EditOutcome,
+    FlowPolicies,
     Flows,
     GroupLimits,
     JobCursor,
@@ -77,6 +83,8 @@ from blamequeue.errors import BadArgumentError
 __all__ = ["MemoryBackend"]
 
 _LIVE: tuple[JobState, ...] = ("pending", "inflight", "parked")
+# What a dependency may be for a job that ignores its failure to count as out of its way.
+_GONE_FOR_IGNORE: tuple[JobState, ...] = ("done", "dead", "cancelled")
 
 
 class _Row:
@@ -88,6 +96,7 @@ class _Row:
         "classification",
         "created_at",
         "dead_order",
+        "dependants_error",
         "depends_on",
         "expires_at",
         "finished_at",
@@ -98,6 +107,7 @@ class _Row:
         "lifo",
         "max_attempts",
         "meta",
+        "on_dependency_failure",
         "payload",
         "priority",
         "queue",
@@ -127,6 +137,8 @@ class _Row:
         self.meta = job.meta
         self.flow_id = job.flow_id
         self.depends_on = tuple(job.depends_on)
+        self.on_dependency_failure = job.on_dependency_failure
+        self.dependants_error = job.dependants_error
         self.group_key = job.group_key
         self.lifo = job.lifo
         self.finished_at: float | None = None
@@ -339,21 +351,45 @@ class _Store:
             del self.unique[(row.queue, row.unique_key)]
 
     def release(self, waiting: list[_Row], at: float) -> set[str]:
-        """A job just became ``done`` (or was deleted as done): make each job of ``waiting``
-        (those parked behind it) ``pending``, due at ``at``, once all its dependencies are
-        done or gone.  Returns the queues that got due jobs."""
+        """A job just became ``done`` (or was deleted as done, or died): make each job of
+        ``waiting`` (those parked behind it) ``pending``, due at ``at``, once all its
+        dependencies are done or gone (or, for a job that ignores them, dead or cancelled).
+        Returns the queues that got due jobs."""
         queues: set[str] = set()
         for child in waiting:
             if child.state != "parked" or self.jobs.get(child.id) is not child:
                 continue  # purged meanwhile
+            settled = _GONE_FOR_IGNORE if child.on_dependency_failure == "ignore" else ("done",)
             if all(
-                (dep := self.jobs.get(dep_id)) is None or dep.state == "done"
+                (dep := self.jobs.get(dep_id)) is None or dep.state in settled
                 for dep_id in child.depends_on
             ):
                 child.available_at = at
                 self.move(child, "pending")
                 self.pend(child)
                 queues.add(child.queue)
+        return queues
+
+    def fell(self, row: _Row, at: float) -> set[str]:
+        """``row`` just became ``dead`` or ``cancelled`` at ``at``: the jobs parked behind it
+        follow their ``on_dependency_failure`` (``"fail"``: dead too, and their own dependants
+        in turn; ``"ignore"``: released when the rest is done; ``"wait"``: nothing).  Returns
+        the queues that got due jobs."""
+        queues: set[str] = set()
+        fallen = [row]
+        while fallen:
+            gone = fallen.pop()
+            for child in self.dependants.get(gone.id, ()):
+                if child.state != "parked" or self.jobs.get(child.id) is not child:
+                    continue
+                if child.on_dependency_failure == "fail":
+                    child.last_error = gone.dependants_error
+                    child.finished_at = at
+                    child.dead_order = next(self.seq)
+                    self.move(child, "dead")
+                    fallen.append(child)
+                elif child.on_dependency_failure == "ignore":
+                    queues |= self.release([child], at)
         return queues
 
     def promote(self, index: _QueueIndex, now: float) -> None:
@@ -427,7 +463,9 @@ def _shared_store(namespace: str) -> _Store:
 
 class MemoryBackend(
     Cancellation,
+    CrossQueueFlows,
     DeadLetters,
+    FlowPolicies,
     Flows,
     GroupLimits,
     JobEdits,
@@ -655,6 +693,8 @@ class MemoryBackend(
                 elif rule.state == "dead":
                     row.dead_order = next(store.seq)
                     store.move(row, rule.state)
+                    if row.flow_id is not None:
+                        pended |= store.fell(row, item.at)
                 else:
                     store.move(row, rule.state)
                     store.pend(row)
@@ -709,6 +749,8 @@ class MemoryBackend(
                     row.dead_order = next(store.seq)
                     store.move(row, "dead")
                     dead.append(row.snapshot())
+                    if row.flow_id is not None:
+                        pended |= store.fell(row, now)
             cutoff = now - retain_done
             retained = store.retained
             while retained and retained[0][0] < cutoff:
@@ -844,6 +886,9 @@ class MemoryBackend(
             row.finished_at = now
             store.move(row, "cancelled")
             heapq.heappush(store.retained, (now, row.seq, row.version, row))
+            if row.flow_id is not None:
+                for queue in store.fell(row, now):
+                    store.notify(queue)
             return CancelOutcome(job=row.snapshot(), cancelled=True)
 
     # -- job edits ---------------------------------------------------------------------------

@@ -52,7 +52,15 @@ from ._conformance.fixtures import (
     conformance_queue,
     conformance_queue_factory,
 )
-from ._conformance.flows import TestFlows, TestFlowValidation, TestWithoutFlows
+from ._conformance.flows import (
+    TestFlowAcrossQueues,
+    TestFlowPolicies,
+    TestFlows,
+    TestFlowValidation,
+    TestWithoutCrossQueueFlows,
+    TestWithoutFlowPolicies,
+    TestWithoutFlows,
+)
 from ._conformance.handlers import TestHandlers
 from ._conformance.inspection import (
     TestGetJob,
@@ -170,6 +178,10 @@ __all__ = [
     "TestWithoutCancel",
     "TestWithoutDeadLetterQueue",
     "TestWithoutFlows",
+    "TestFlowAcrossQueues",
+    "TestFlowPolicies",
+    "TestWithoutCrossQueueFlows",
+    "TestWithoutFlowPolicies",
     "TestWithoutInspection",
     "TestWithoutJobEdits",
     "TestWithoutJobLogs",

@@ -1,5 +1,7 @@
 """SPEC §3.6 flows: a graph of jobs registered atomically, children parked until every job they
-depend on is done, then due at once."""
+depend on is done, then due at once; and SPEC §15's flow controls: children on other queues
+(``FlowChild.queue_name``) and what a child does when a job it waits for dies
+(``FlowChild.on_dependency_failure``)."""
 
 from __future__ import annotations
 
@@ -8,14 +10,22 @@ from typing import Any
 
 import pytest
 
-from blamequeue import FlowChild, FlowResult, Job, JobContext, QueueError
+from blamequeue import FlowChild, FlowResult, Job, JobContext, QueueError, UnrecoverableError
 
 from .fixtures import BACKEND, Conformance, fail, succeed, wait_until
 from .refusals import refused
 from .requirements import lacking, requires
 from .running import Recorder, consuming
 
-__all__ = ["TestFlowValidation", "TestFlows", "TestWithoutFlows"]
+__all__ = [
+    "TestFlowAcrossQueues",
+    "TestFlowPolicies",
+    "TestFlowValidation",
+    "TestFlows",
+    "TestWithoutCrossQueueFlows",
+    "TestWithoutFlowPolicies",
+    "TestWithoutFlows",
+]
 
 SECRET = "flow-payload-secret-41c9"
 
@@ -384,6 +394,16 @@ _BAD_FLOWS: list[tuple[str, Any]] = [
     ("depends-on-a-string", [{"name": "a"}, {"name": "b", "depends_on": "a"}]),
     ("depends-on-a-non-string", [{"name": "a"}, {"name": "b", "depends_on": [1]}]),
     ("depends-on-none", [{"name": "a", "depends_on": None}]),
+    (
+        "unknown-policy",
+        [{"name": "a"}, {"name": "b", "depends_on": ["a"], "on_dependency_failure": "retry"}],
+    ),
+    ("policy-not-a-string", [{"name": "a", "on_dependency_failure": None}]),
+    ("policy-in-capitals", [{"name": "a", "on_dependency_failure": "FAIL"}]),
+    ("empty-child-queue", [{"name": "a", "queue_name": ""}]),
+    ("blank-child-queue", [{"name": "a", "queue_name": "   "}]),
+    ("non-string-child-queue", [{"name": "a", "queue_name": 5}]),
+    ("child-queue-with-a-control-character", [{"name": "a", "queue_name": "q\x00"}]),
 ]
 
 
@@ -484,3 +504,426 @@ class TestWithoutFlows:
         )
         assert await conformance.size() == 0
         await refused("queue/flow-unsupported", q.flow_status("flow-" + "0" * 26))
+
+
+async def _dies(conformance: Conformance, how: str, job_id: str) -> None:
+    """Make the pending flow job ``job_id`` (the only due job of the test's queue, enqueued
+    with ``max_attempts=1``) end dead or cancelled: ``attempts`` (its handler fails),
+    ``unrecoverable`` (its handler raises UnrecoverableError), ``lease`` (its worker dies and
+    the sweep finds its last lease expired) or ``cancel``."""
+    q, name = conformance.queue, conformance.name
+    if how == "attempts":
+        assert (await q.tick(name, fail)).moved_to_dlq == 1
+    elif how == "unrecoverable":
+
+        async def unrecoverable(job: Job, ctx: JobContext) -> None:
+            raise UnrecoverableError("the card was declined")
+
+        assert (await q.tick(name, unrecoverable)).moved_to_dlq == 1
+    elif how == "lease":
+        conformance.require_virtual_leases()
+
+        async def kills_its_worker(job: Job, ctx: JobContext) -> None:
+            conformance.advance(31)
+            assert await q.sweep() == 1
+
+        assert (await q.tick(name, kills_its_worker, lease=30)).stale == 1
+    else:
+        conformance.require("cancel", "the dependency cannot be cancelled")
+        assert await q.cancel(job_id) is True
+
+
+_DEATHS = ["attempts", "unrecoverable", "lease", "cancel"]
+
+
+async def _states(conformance: Conformance, result: FlowResult) -> dict[str, str]:
+    return dict((await conformance.queue.flow_status(result.flow_id)).states)
+
+
+@requires("flow_policies", "the backend keeps children parked whatever their dependencies do")
+class TestFlowPolicies:
+    @pytest.mark.parametrize("how", _DEATHS)
+    async def test_fail_child_is_dead_lettered_when_its_dependency_dies(
+        self, conformance: Conformance, how: str
+    ) -> None:
+        conformance.require("dlq", "the failed child cannot be looked at")
+        q, name = conformance.queue, conformance.name
+        result = await _flow(
+            conformance,
+            [
+                FlowChild(name="charge", payload={"card": SECRET}, max_attempts=1),
+                FlowChild(name="ship", depends_on=["charge"], on_dependency_failure="fail"),
+            ],
+        )
+        charge, ship = (job.job_id for job in result.jobs)
+        await _dies(conformance, how, charge)
+        assert await _states(conformance, result) == {
+            "charge": "cancelled" if how == "cancel" else "dead",
+            "ship": "dead",
+        }
+        assert await conformance.size() == 0
+        letter = next(d for d in await q.dlq_list(name) if d.job_id == ship)
+        assert letter.last_error is not None
+        assert "'charge'" in letter.last_error
+        assert charge in letter.last_error
+        assert SECRET not in letter.last_error
+        assert letter.attempts == 0
+        assert letter.failed_at == datetime.fromtimestamp(conformance.now(), UTC)
+        assert await _run(conformance) == 0
+
+    @pytest.mark.parametrize("how", _DEATHS)
+    async def test_ignore_child_is_released_when_its_dependency_dies(
+        self, conformance: Conformance, how: str
+    ) -> None:
+        result = await _flow(
+            conformance,
+            [
+                FlowChild(name="notify", payload="notify", max_attempts=1),
+                FlowChild(
+                    name="cleanup",
+                    payload="cleanup",
+                    depends_on=["notify"],
+                    on_dependency_failure="ignore",
+                ),
+            ],
+        )
+        await _dies(conformance, how, result.jobs[0].job_id)
+        assert (await _states(conformance, result))["cleanup"] == "pending"
+        record = Recorder()
+        assert await _run(conformance, record) == 1  # due at once
+        assert record.seen == ["cleanup"]
+
+    @pytest.mark.parametrize("how", _DEATHS)
+    async def test_wait_child_stays_parked_when_its_dependency_dies(
+        self, conformance: Conformance, how: str
+    ) -> None:
+        result = await _flow(
+            conformance,
+            [
+                FlowChild(name="a", max_attempts=1),
+                FlowChild(name="b", depends_on=["a"], on_dependency_failure="wait"),
+            ],
+        )
+        await _dies(conformance, how, result.jobs[0].job_id)
+        conformance.advance(3600)
+        await conformance.queue.sweep()
+        assert await _run(conformance) == 0
+        assert (await _states(conformance, result))["b"] == "parked"
+        assert await conformance.size() == 1
+
+    async def test_each_dependant_follows_its_own_policy(self, conformance: Conformance) -> None:
+        result = await _flow(
+            conformance,
+            [
+                FlowChild(name="root", max_attempts=1),
+                FlowChild(name="waits", depends_on=["root"]),
+                FlowChild(name="fails", depends_on=["root"], on_dependency_failure="fail"),
+                FlowChild(name="ignores", depends_on=["root"], on_dependency_failure="ignore"),
+            ],
+        )
+        await _dies(conformance, "attempts", result.jobs[0].job_id)
+        assert await _states(conformance, result) == {
+            "root": "dead",
+            "waits": "parked",
+            "fails": "dead",
+            "ignores": "pending",
+        }
+
+    async def test_fail_travels_down_as_far_as_the_children_that_fail(
+        self, conformance: Conformance
+    ) -> None:
+        conformance.require("dlq", "the failed children cannot be looked at")
+        q, name = conformance.queue, conformance.name
+        result = await _flow(
+            conformance,
+            [
+                FlowChild(name="extract", max_attempts=1),
+                FlowChild(name="transform", depends_on=["extract"], on_dependency_failure="fail"),
+                FlowChild(name="load", depends_on=["transform"], on_dependency_failure="fail"),
+                FlowChild(name="report", depends_on=["load"]),
+                FlowChild(name="archive", depends_on=["report"], on_dependency_failure="fail"),
+            ],
+        )
+        ids = {job.name: job.job_id for job in result.jobs}
+        await _dies(conformance, "attempts", ids["extract"])
+        assert await _states(conformance, result) == {
+            "extract": "dead",
+            "transform": "dead",
+            "load": "dead",
+            "report": "parked",
+            "archive": "parked",
+        }
+        errors = {d.job_id: d.last_error or "" for d in await q.dlq_list(name)}
+        # Each names the dependency it waited for, not the job the failure started at.
+        assert "'extract'" in errors[ids["transform"]]
+        assert ids["extract"] in errors[ids["transform"]]
+        assert "'transform'" in errors[ids["load"]]
+        assert ids["transform"] in errors[ids["load"]]
+        assert await conformance.size() == 2
+
+    async def test_fail_travels_through_a_diamond_once(self, conformance: Conformance) -> None:
+        result = await _flow(
+            conformance,
+            [
+                FlowChild(name="root", max_attempts=1),
+                FlowChild(name="left", depends_on=["root"], on_dependency_failure="fail"),
+                FlowChild(name="right", depends_on=["root"], on_dependency_failure="fail"),
+                FlowChild(name="join", depends_on=["left", "right"], on_dependency_failure="fail"),
+            ],
+        )
+        await _dies(conformance, "attempts", result.jobs[0].job_id)
+        assert set((await _states(conformance, result)).values()) == {"dead"}
+        assert await conformance.dlq_size() == 4
+
+    async def test_ignore_child_still_waits_for_its_other_dependencies(
+        self, conformance: Conformance
+    ) -> None:
+        q, name = conformance.queue, conformance.name
+        result = await _flow(
+            conformance,
+            [
+                FlowChild(name="optional", payload="optional", max_attempts=1, priority=9),
+                FlowChild(name="needed", payload="needed"),
+                FlowChild(
+                    name="join",
+                    payload="join",
+                    depends_on=["optional", "needed"],
+                    on_dependency_failure="ignore",
+                ),
+            ],
+        )
+        assert (await q.tick(name, fail, max=1)).moved_to_dlq == 1  # optional, first by priority
+        assert (await _states(conformance, result))["join"] == "parked"
+        record = Recorder()
+        assert await _run(conformance, record, max=1) == 1
+        assert record.seen == ["needed"]
+        assert await _run(conformance, record) == 1
+        assert record.seen == ["needed", "join"]
+
+    async def test_ignore_child_is_released_by_a_death_after_its_other_dependency_is_done(
+        self, conformance: Conformance
+    ) -> None:
+        q, name = conformance.queue, conformance.name
+        result = await _flow(
+            conformance,
+            [
+                FlowChild(name="needed", payload="needed", priority=9),
+                FlowChild(name="optional", payload="optional", max_attempts=1),
+                FlowChild(
+                    name="join",
+                    payload="join",
+                    depends_on=["optional", "needed"],
+                    on_dependency_failure="ignore",
+                ),
+            ],
+        )
+        assert (await q.tick(name, succeed, max=1)).succeeded == 1
+        assert (await _states(conformance, result))["join"] == "parked"
+        assert (await q.tick(name, fail, max=1)).moved_to_dlq == 1
+        record = Recorder()
+        assert await _run(conformance, record) == 1
+        assert record.seen == ["join"]
+
+    async def test_wait_child_runs_once_its_retried_dependency_completes(
+        self, conformance: Conformance
+    ) -> None:
+        conformance.require("dlq", "the dependency cannot be retried")
+        q = conformance.queue
+        result = await _flow(
+            conformance,
+            [
+                FlowChild(name="charge", payload="charge", max_attempts=1),
+                FlowChild(name="ship", payload="ship", depends_on=["charge"]),
+                FlowChild(
+                    name="refund",
+                    payload="refund",
+                    depends_on=["charge"],
+                    on_dependency_failure="fail",
+                ),
+            ],
+        )
+        charge = result.jobs[0].job_id
+        await _dies(conformance, "attempts", charge)
+        assert await q.dlq_retry(charge) is True
+        record = Recorder()
+        assert await _run(conformance, record) == 1
+        assert await _run(conformance, record) == 1
+        assert record.seen == ["charge", "ship"]
+        assert await _states(conformance, result) == {
+            "charge": "done",
+            "ship": "done",
+            "refund": "dead",
+        }
+
+    async def test_consumer_runs_a_child_released_by_a_death_without_waiting_for_its_poll(
+        self, conformance: Conformance
+    ) -> None:
+        q, name = conformance.queue, conformance.name
+        record = Recorder()
+
+        async def fails_the_first(job: Job, ctx: JobContext) -> None:
+            await record(job, ctx)
+            if job.payload == "first":
+                raise UnrecoverableError("no")
+
+        # A poll interval far beyond the safety net: only the release's wake-up can deliver.
+        async with consuming(q, name, fails_the_first, poll_interval=3600):
+            await _flow(
+                conformance,
+                [
+                    FlowChild(name="first", payload="first"),
+                    FlowChild(
+                        name="second",
+                        payload="second",
+                        depends_on=["first"],
+                        on_dependency_failure="ignore",
+                    ),
+                ],
+            )
+            await wait_until(lambda: len(record.seen) == 2, "the ignoring child to run")
+        assert record.seen == ["first", "second"]
+
+
+def _elsewhere(conformance: Conformance) -> str:
+    """A second queue of the test's own."""
+    return conformance.name + "-elsewhere"
+
+
+@requires("cross_queue_flows", "the backend keeps a flow's children on the flow's queue")
+class TestFlowAcrossQueues:
+    async def test_child_on_another_queue_is_leased_by_that_queues_consumers(
+        self, conformance: Conformance
+    ) -> None:
+        q, name, other = conformance.queue, conformance.name, _elsewhere(conformance)
+        result = await _flow(
+            conformance,
+            [
+                FlowChild(name="render", payload="render"),
+                FlowChild(name="mail", payload="mail", depends_on=["render"], queue_name=other),
+                FlowChild(name="log", payload="log", depends_on=["mail"], queue_name=None),
+            ],
+        )
+        assert await q.size(other) == 1
+        assert await conformance.size() == 2
+        record = Recorder()
+        assert (await q.tick(other, record)).leased == 0  # parked
+        assert await _run(conformance, record, max=1) == 1
+        assert await _run(conformance, record) == 0  # log waits for mail
+        assert (await q.tick(other, record)).leased == 1
+        assert record.jobs[-1].queue == other
+        assert await _run(conformance, record) == 1
+        assert record.seen == ["render", "mail", "log"]
+        assert [job.queue for job in record.jobs] == [name, other, name]
+        assert await q.size(other) == 0
+        assert (await q.flow_status(result.flow_id)).states == {
+            "render": "done",
+            "mail": "done",
+            "log": "done",
+        }
+
+    async def test_child_naming_the_flows_queue_stays_on_it(self, conformance: Conformance) -> None:
+        name = conformance.name
+        await _flow(
+            conformance, [{"name": "a"}, {"name": "b", "depends_on": ["a"], "queue_name": name}]
+        )
+        assert await conformance.size() == 2
+        assert await _run(conformance) == 1
+        assert await _run(conformance) == 1
+
+    async def test_flow_status_lists_the_children_of_every_queue(
+        self, conformance: Conformance
+    ) -> None:
+        other = _elsewhere(conformance)
+        result = await _flow(
+            conformance,
+            [
+                {"name": "a"},
+                {"name": "b", "depends_on": ["a"], "queue_name": other},
+                {"name": "c", "queue_name": other},
+            ],
+        )
+        assert await _states(conformance, result) == {"a": "pending", "b": "parked", "c": "pending"}
+
+    async def test_consumer_of_the_other_queue_runs_the_released_child_without_waiting(
+        self, conformance: Conformance
+    ) -> None:
+        q, other = conformance.queue, _elsewhere(conformance)
+        record = Recorder()
+        # A poll interval far beyond the safety net: only the release's wake-up can deliver.
+        async with consuming(q, other, record, poll_interval=3600):
+            await _flow(
+                conformance,
+                [
+                    {"name": "a", "payload": "a"},
+                    {"name": "b", "payload": "b", "depends_on": ["a"], "queue_name": other},
+                ],
+            )
+            assert await _run(conformance) == 1
+            await wait_until(lambda: record.seen == ["b"], "the released child to run")
+
+    async def test_policies_reach_children_on_other_queues(self, conformance: Conformance) -> None:
+        conformance.require("flow_policies", "the children cannot follow a dependency's death")
+        conformance.require("dlq", "the failed child cannot be looked at")
+        q, other = conformance.queue, _elsewhere(conformance)
+        result = await _flow(
+            conformance,
+            [
+                FlowChild(name="a", max_attempts=1),
+                FlowChild(
+                    name="fails", depends_on=["a"], queue_name=other, on_dependency_failure="fail"
+                ),
+                FlowChild(
+                    name="ignores",
+                    payload="ignores",
+                    depends_on=["a"],
+                    queue_name=other,
+                    on_dependency_failure="ignore",
+                ),
+            ],
+        )
+        await _dies(conformance, "attempts", result.jobs[0].job_id)
+        assert await q.dlq_size(other) == 1
+        [letter] = await q.dlq_list(other)
+        assert letter.job_id == result.jobs[1].job_id
+        assert "'a'" in (letter.last_error or "")
+        record = Recorder()
+        assert (await q.tick(other, record)).leased == 1
+        assert record.seen == ["ignores"]
+
+
+@requires("flows", "enqueue_flow refuses with queue/flow-unsupported first")
+@lacking("flow_policies", "covered by TestFlowPolicies")
+class TestWithoutFlowPolicies:
+    @pytest.mark.parametrize("policy", ["fail", "ignore"])
+    async def test_a_policy_other_than_wait_is_flow_unsupported(
+        self, conformance: Conformance, policy: str
+    ) -> None:
+        error = await _refused_storing_nothing(
+            conformance,
+            "queue/flow-unsupported",
+            [{"name": "a"}, {"name": "b", "depends_on": ["a"], "on_dependency_failure": policy}],
+        )
+        assert "flow_policies" in error.message
+
+    async def test_wait_is_accepted(self, conformance: Conformance) -> None:
+        await _flow(
+            conformance,
+            [{"name": "a"}, {"name": "b", "depends_on": ["a"], "on_dependency_failure": "wait"}],
+        )
+        assert await conformance.size() == 2
+
+
+@requires("flows", "enqueue_flow refuses with queue/flow-unsupported first")
+@lacking("cross_queue_flows", "covered by TestFlowAcrossQueues")
+class TestWithoutCrossQueueFlows:
+    async def test_a_child_on_another_queue_is_flow_unsupported(
+        self, conformance: Conformance
+    ) -> None:
+        other = _elsewhere(conformance)
+        error = await _refused_storing_nothing(
+            conformance,
+            "queue/flow-unsupported",
+            [{"name": "a"}, {"name": "b", "depends_on": ["a"], "queue_name": other}],
+        )
+        assert "cross_queue_flows" in error.message
+        assert await conformance.queue.size(other) == 0
