@@ -146,6 +146,7 @@ def test_tick_runs_one_batch_and_reports_the_counts(
         "moved_to_dlq": 0,
         "may_have_more": False,
         "queue_depth": 0,
+        "deferred": 0,
     }
     assert sizes(db) == (0, 1)
 

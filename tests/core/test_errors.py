@@ -36,6 +36,8 @@ EXTENSION_CODES = {
     "queue/cancel-unsupported",
     "queue/records-unsupported",
     "queue/job-edits-unsupported",
+    "queue/job-ids-unsupported",
+    "queue/lifo-unsupported",
 }
 
 

@@ -161,8 +161,10 @@ class Statements:
             # with several processes: SQLite serialises writers, and the last of two concurrent
             # completions sees the other one done.  Its WHEN clause keeps every other update
             # (leasing, retries, jobs outside flows) from doing any flow work.  The body may not
-            # qualify table names; they resolve in the trigger's schema.  (It replaces the
-            # trigger flow_release of earlier versions, which knew no dependency policies.)
+            # qualify table names; they resolve in the trigger's schema.  Its aliases are the
+            # table's name with a suffix, so they never clash with the table's own name.  (It
+            # replaces the trigger flow_release of earlier versions, which knew no dependency
+            # policies.)
             f"""
             CREATE TRIGGER IF NOT EXISTS {prefix}"{table}_flow_done"
             AFTER UPDATE OF state ON "{table}" FOR EACH ROW
@@ -170,13 +172,13 @@ class Statements:
             BEGIN
                 UPDATE "{table}" SET state = 'pending', available_at = NEW.finished_at
                 WHERE flow_id = NEW.flow_id AND state = 'parked'
-                  AND EXISTS (SELECT 1 FROM json_each("{table}".depends_on) AS w
-                              WHERE w.value = NEW.id)
+                  AND EXISTS (SELECT 1 FROM json_each("{table}".depends_on) AS "{table}_w"
+                              WHERE "{table}_w".value = NEW.id)
                   AND NOT EXISTS (
-                      SELECT 1 FROM json_each("{table}".depends_on) AS d
-                      JOIN "{table}" AS p ON p.id = d.value
-                      WHERE p.state <> 'done'
-                        AND NOT (p.state IN ('dead', 'cancelled')
+                      SELECT 1 FROM json_each("{table}".depends_on) AS "{table}_d"
+                      JOIN "{table}" AS "{table}_p" ON "{table}_p".id = "{table}_d".value
+                      WHERE "{table}_p".state <> 'done'
+                        AND NOT ("{table}_p".state IN ('dead', 'cancelled')
                                  AND "{table}".flow_rule ->> 0 = 'ignore'));
             END""",
             # Flows: when a flow job dies (dead or cancelled, from a live state), the jobs
@@ -195,26 +197,27 @@ class Statements:
                  AND NEW.flow_id IS NOT NULL
             BEGIN
                 UPDATE "{table}" SET state = 'dead', finished_at = NEW.finished_at,
-                                     last_error = f.error, lease_expires_at = NULL
+                                     last_error = "{table}_f".error, lease_expires_at = NULL
                 FROM (
-                    WITH RECURSIVE fallen(id, notice, error) AS (
+                    WITH RECURSIVE "{table}_fallen"(id, notice, error) AS (
                         SELECT NEW.id, NEW.flow_rule ->> 1, NULL
                         UNION
-                        SELECT c.id, c.flow_rule ->> 1, fallen.notice
-                        FROM fallen JOIN "{table}" AS c
-                          ON c.flow_id = NEW.flow_id AND c.state = 'parked'
-                         AND c.flow_rule ->> 0 = 'fail'
-                         AND EXISTS (SELECT 1 FROM json_each(c.depends_on) AS w
-                                     WHERE w.value = fallen.id))
-                    SELECT id, min(error) AS error FROM fallen WHERE id <> NEW.id GROUP BY id
-                ) AS f
-                WHERE "{table}".id = f.id AND "{table}".state = 'parked';
+                        SELECT "{table}_c".id, "{table}_c".flow_rule ->> 1, "{table}_fallen".notice
+                        FROM "{table}_fallen" JOIN "{table}" AS "{table}_c"
+                          ON "{table}_c".flow_id = NEW.flow_id AND "{table}_c".state = 'parked'
+                         AND "{table}_c".flow_rule ->> 0 = 'fail'
+                         AND EXISTS (SELECT 1 FROM json_each("{table}_c".depends_on) AS "{table}_w"
+                                     WHERE "{table}_w".value = "{table}_fallen".id))
+                    SELECT id, min(error) AS error FROM "{table}_fallen"
+                    WHERE id <> NEW.id GROUP BY id
+                ) AS "{table}_f"
+                WHERE "{table}".id = "{table}_f".id AND "{table}".state = 'parked';
                 UPDATE "{table}" SET state = 'pending', available_at = NEW.finished_at
                 WHERE flow_id = NEW.flow_id AND state = 'parked' AND flow_rule ->> 0 = 'ignore'
                   AND NOT EXISTS (
-                      SELECT 1 FROM json_each("{table}".depends_on) AS d
-                      JOIN "{table}" AS p ON p.id = d.value
-                      WHERE p.state NOT IN ('done', 'dead', 'cancelled'));
+                      SELECT 1 FROM json_each("{table}".depends_on) AS "{table}_d"
+                      JOIN "{table}" AS "{table}_p" ON "{table}_p".id = "{table}_d".value
+                      WHERE "{table}_p".state NOT IN ('done', 'dead', 'cancelled'));
             END""",
             # Inspection: list_jobs pages through one state of a queue in enqueue order
             # (keyset on seq), so a page costs the same wherever it starts.

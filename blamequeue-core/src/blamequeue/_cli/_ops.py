@@ -284,6 +284,8 @@ def _tick(args: argparse.Namespace) -> int:
                 text += f", stale {result.stale} (lease lost to another worker)"
             if result.unsettled:
                 text += f", unsettled {result.unsettled} (back after their lease)"
+            if result.deferred:
+                text += f", deferred {result.deferred} (RetryLater or RateLimited)"
             depth = "unknown" if result.queue_depth is None else str(result.queue_depth)
             text += f"; {depth} live job(s) left"
             if result.may_have_more:
