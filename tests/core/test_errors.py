@@ -38,6 +38,7 @@ EXTENSION_CODES = {
     "queue/job-edits-unsupported",
     "queue/job-ids-unsupported",
     "queue/lifo-unsupported",
+    "queue/retention-unsupported",
 }
 
 

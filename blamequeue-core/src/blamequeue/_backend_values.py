@@ -3,6 +3,7 @@ contract, where they are documented for backend authors)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Literal, Protocol, TypeVar
 
@@ -197,6 +198,43 @@ class EditOutcome:
     nothing changed."""
     was: JobState
     """The job's state before the call."""
+
+
+@attrs.frozen(kw_only=True)
+class Retention:
+    """How long, and how many, finished jobs a backend keeps beyond ``retain_done`` (SPEC
+    §3.12), from the backend options ``retain_dead``, ``retain_done_count`` and
+    ``retain_dead_count`` (checked by the core): what :meth:`RetentionLimits.prune_finished`
+    applies.  ``None`` everywhere (the default) is no limit.
+
+    ``cancelled`` jobs are kept like ``done`` ones: ``done_count`` counts a queue's ``done``
+    and ``cancelled`` jobs as one pool.  "Most recently finished" is by ``finished_at`` (a
+    cancelled job's is when it was cancelled); jobs finished at the very same time are ordered
+    as the backend likes.
+    """
+
+    dead: float | None = None
+    """Seconds a ``dead`` job is kept after it finished; ``None``: until it is retried or
+    purged.  0: the next sweep deletes every dead job."""
+    done_count: int | None = None
+    """Keep at most this many ``done`` and ``cancelled`` jobs per queue, the most recently
+    finished; ``None``: no limit.  0 keeps none (a completed job is deleted at once, a
+    cancelled one by the next sweep)."""
+    dead_count: int | None = None
+    """Keep at most this many ``dead`` jobs per queue, the most recently finished; ``None``:
+    no limit.  0 keeps none (the next sweep deletes them)."""
+
+    @property
+    def limited(self) -> bool:
+        """Whether any limit is set (else there is nothing for the backend to prune)."""
+        return self.dead is not None or self.done_count is not None or self.dead_count is not None
+
+    def dead_cutoff(self, now: float) -> float | None:
+        """``dead`` jobs that finished before this are pruned (``inf``, every one, when
+        :attr:`dead` is 0); ``None`` when dead jobs are kept whatever their age."""
+        if self.dead is None:
+            return None
+        return now - self.dead if self.dead > 0 else math.inf
 
 
 @attrs.frozen(kw_only=True)

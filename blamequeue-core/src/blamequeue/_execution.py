@@ -273,7 +273,7 @@ async def _run_handler(runtime: BackendRuntime, attempt: Attempt, handler: Handl
             token=attempt.lease.token,
             outcome="done",
             at=runtime.clock.now(),
-            keep=runtime.retain_done > 0,
+            keep=runtime.keeps_done,
         )
     try:
         job = to_job(runtime, attempt.job, attempt.meta)
@@ -330,7 +330,7 @@ async def _call_handler(
         raise
     except BaseException as exc:
         return raised(runtime, attempt, exc)
-    keep = runtime.retain_done > 0
+    keep = runtime.keeps_done
     return Settlement(
         job_id=attempt.job.id,
         token=attempt.lease.token,

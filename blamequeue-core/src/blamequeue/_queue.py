@@ -72,6 +72,7 @@ from ._progress import Subscription
 from ._rate_limited import rate_limited_until
 from ._records import RecordStore
 from ._results import check_timeout, not_found, require_results, wait_for_result
+from ._retention import prune_finished
 from ._runtime import BackendRuntime, build_runtime
 from ._schedules import Overlap, Schedule, Scheduler, ScheduleStatus
 from ._sealing import parse_seal_config
@@ -1074,6 +1075,7 @@ class Queue:
                 expired_error=LEASE_EXPIRED,
             ),
         )
+        await prune_finished(runtime)
         # One lease.expired event per job when the backend names them (SweepResult.expired),
         # else one event with the count.
         for stored in result.expired:

@@ -20,6 +20,7 @@ from typing import Any
 from ._codec import Codec, dumps, job_place
 from ._flows import flow_name
 from ._job_seals import last_error_of
+from ._retention import done_retention
 from ._runtime import BackendRuntime
 from ._validation import MAX_SECONDS_TEXT, is_duration
 from .abc import Flows, Inspection, JobWatch, StoredJob
@@ -135,8 +136,8 @@ def not_found(runtime: BackendRuntime, job_id: str) -> NotFoundError:
     return NotFoundError(
         "queue/job-not-found",
         f"backend {runtime.name!r} holds no job {job_id!r}: the id is unknown, the job was "
-        f"purged, or it finished and was pruned after retain_done "
-        f"({runtime.retain_done:g} s); keep done jobs longer to read their results later",
+        f"purged, or it finished and was pruned ({done_retention(runtime)}); keep done jobs "
+        f"longer to read their results later",
     )
 
 
@@ -223,7 +224,7 @@ async def dependency_results(
             raise NotFoundError(
                 "queue/job-not-found",
                 f"dependency {dep_id!r} of flow job {job_id!r} is no longer stored: it finished "
-                f"and was pruned (retain_done={runtime.retain_done:g} s); keep done jobs at "
+                f"and was pruned ({done_retention(runtime)}); keep done jobs at "
                 f"least as long as a flow takes to read its results",
             )
         if dep.state != "done":  # unreachable unless the flow was tampered with

@@ -26,7 +26,7 @@ from ._validation import (
     check_max_payload_bytes,
     is_duration,
 )
-from .abc import Backend, BackendContext, Clock, StoredJob
+from .abc import Backend, BackendContext, Clock, Retention, RetentionLimits, StoredJob
 from .errors import ConfigError, ErrorCode, QueueError, SealKeyMissingError, UnsupportedError
 
 __all__ = ["BackendRuntime", "build_runtime"]
@@ -43,12 +43,17 @@ COMMON_KEYS = frozenset(
         "backoff",
         "max_attempts",
         "retain_done",
+        "retain_dead",
+        "retain_done_count",
+        "retain_dead_count",
         "seal",
         "max_payload_bytes",
     }
 )
 DEFAULT_MAX_ATTEMPTS = 5
 DEFAULT_RETAIN_DONE = 3600.0
+#: The most ``retain_done_count`` / ``retain_dead_count`` may be (exact as a float and in Lua).
+MAX_RETAIN_COUNT = 2**53
 SYNC_HANDLER_THREADS = 64
 
 
@@ -66,6 +71,9 @@ class BackendRuntime:
     clock: Clock
     seal: SealPlan | None = None
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
+    retention: Retention = attrs.field(factory=Retention)
+    """The limits beyond ``retain_done`` (``retain_dead``, ``retain_*_count``, SPEC §3.12),
+    applied after each sweep by a backend with :class:`~blamequeue.abc.RetentionLimits`."""
     """The most bytes a payload's JSON (before sealing) may take: the ``max_payload_bytes``
     option, checked where payloads are encoded (``dumps(payload, max_payload_bytes)``)."""
     _wake: dict[str, anyio.Event] = attrs.field(factory=dict, init=False)
@@ -87,6 +95,12 @@ class BackendRuntime:
     missing_seal_key: str | None = attrs.field(default=None, init=False)
     """The id of a seal key a job needed and this process lacks: once set, its consumers and
     ticks lease nothing more from this backend (SPEC §6), until a restart with the key."""
+
+    @property
+    def keeps_done(self) -> bool:
+        """Whether a completed job is kept at all (``Settlement.keep``): not with
+        ``retain_done=0`` or ``retain_done_count=0``."""
+        return self.retain_done > 0 and self.retention.done_count != 0
 
     def seal_key_missing(self, error: SealKeyMissingError, queue: str) -> None:
         """A leased job was sealed with a key this process lacks: say so loudly (log,
@@ -222,6 +236,7 @@ def build_runtime(
             f"{where}.retain_done must be seconds >= 0 (0 deletes done jobs at once) and at "
             f"most {MAX_SECONDS_TEXT}, got {retain!r}"
         )
+    retention = _parse_retention(config, where)
     try:
         backoff = parse_backoff(config.get("backoff"), where=f"{where}.backoff")
     except QueueError as exc:
@@ -241,6 +256,8 @@ def build_runtime(
         ceiling=ceiling,
     )
     backend = backend_cls(options, BackendContext(name=name, clock=clock))
+    if retention.limited:
+        RetentionLimits.of(backend)  # queue/retention-unsupported: nothing is opened yet
     seal_plan = plan_seal(
         name=name,
         protocol=protocol,
@@ -258,6 +275,7 @@ def build_runtime(
         backoff=backoff,
         max_attempts=max_attempts,
         retain_done=float(retain),
+        retention=retention,
         codec=seal_plan.codec,
         auditor=auditor,
         clock=clock,
@@ -266,6 +284,36 @@ def build_runtime(
     )
     breaker.on_change = runtime.breaker_changed
     return runtime
+
+
+def _parse_retention(config: Mapping[str, Any], where: str) -> Retention:
+    """The options ``retain_dead``, ``retain_done_count`` and ``retain_dead_count``; a bad
+    value is ``queue/invalid-config`` naming the option."""
+    dead = config.get("retain_dead")
+    if dead is not None and not is_duration(dead):
+        raise _config_error(
+            f"{where}.retain_dead must be seconds >= 0 (0: the next sweep deletes every dead "
+            f"job) and at most {MAX_SECONDS_TEXT}, or None to keep dead jobs until they are "
+            f"retried or purged, got {dead!r}"
+        )
+    counts: dict[str, int | None] = {}
+    for option, what in (("retain_done_count", "done"), ("retain_dead_count", "dead")):
+        count = config.get(option)
+        if count is not None and (
+            isinstance(count, bool)
+            or not isinstance(count, int)
+            or not 0 <= count <= MAX_RETAIN_COUNT
+        ):
+            raise _config_error(
+                f"{where}.{option} must be a whole number of {what} jobs to keep per queue, "
+                f"from 0 (keep none) to {MAX_RETAIN_COUNT}, or None for no limit, got {count!r}"
+            )
+        counts[option] = count
+    return Retention(
+        dead=None if dead is None else float(dead),
+        done_count=counts["retain_done_count"],
+        dead_count=counts["retain_dead_count"],
+    )
 
 
 _EXTRAS = {"redis": "redis", "sqs": "sqs", "memory": "testing"}

@@ -78,6 +78,7 @@ from ._backend_values import (
     NewJob,
     QueueStats,
     Record,
+    Retention,
     Settlement,
     StoredJob,
     StoredJobPage,
@@ -116,6 +117,7 @@ __all__ = [
     "RateLimits",
     "Records",
     "Results",
+    "RetentionLimits",
     "Uniqueness",
     "WaitAndLease",
     "Wakeup",
@@ -129,6 +131,7 @@ __all__ = [
     "NewJob",
     "QueueStats",
     "Record",
+    "Retention",
     "Settlement",
     "StoredJob",
     "StoredJobPage",
@@ -175,6 +178,7 @@ class Capabilities:
     * ``results``: :class:`Results`.
     * ``progress_events``: :class:`JobEvents`.
     * ``cancel``: :class:`Cancellation`.
+    * ``retention_limits``: :class:`RetentionLimits`.
     * ``job_edits``: :class:`JobEdits`.
     * ``job_ids``: :class:`JobIds`.
     * ``lifo``: :class:`Lifo`.
@@ -200,6 +204,7 @@ class Capabilities:
     results: bool = False
     progress_events: bool = False
     cancel: bool = False
+    retention_limits: bool = False
     job_edits: bool = False
     job_ids: bool = False
     lifo: bool = False
@@ -239,15 +244,17 @@ class Backend(abc.ABC):
     inherit the optional facets (:class:`DeadLetters`, :class:`Flows`, :class:`FlowPolicies`,
     :class:`CrossQueueFlows`, :class:`Records`, :class:`Uniqueness`, :class:`RateLimits`,
     :class:`GroupLimits`, :class:`Inspection`, :class:`Results`, :class:`JobEvents`,
-    :class:`Cancellation`, :class:`JobEdits`, :class:`JobIds`, :class:`Lifo`, :class:`Wakeup`,
-    :class:`NextDue`, :class:`WaitAndLease`, :class:`OverlappedLease`) your store can hold:
+    :class:`Cancellation`, :class:`RetentionLimits`, :class:`JobEdits`, :class:`JobIds`,
+    :class:`Lifo`, :class:`Wakeup`, :class:`NextDue`, :class:`WaitAndLease`,
+    :class:`OverlappedLease`) your store can hold:
     each adds its methods, and :attr:`capabilities` follows from the facets a class inherits.
 
     Construction takes no I/O: validate ``options`` and raise
     :class:`~blamequeue.errors.ConfigError` (``queue/invalid-config``) for anything wrong,
     naming the option.  ``options`` holds only the backend's own keys; the queue has already
     taken the common ones (``protocol``, ``retry``, ``breaker``, ``backoff``, ``max_attempts``,
-    ``retain_done``, ``seal``, ``max_payload_bytes``).
+    ``retain_done``, ``retain_dead``, ``retain_done_count``, ``retain_dead_count``, ``seal``,
+    ``max_payload_bytes``).
     """
 
     protocol: ClassVar[str]
@@ -843,6 +850,41 @@ class Cancellation(Backend):
         """
 
 
+class RetentionLimits(Backend):
+    """Facet: pruning finished jobs beyond ``retain_done`` (SPEC §3.12): dead jobs by age
+    (``retain_dead``) and each queue's finished jobs by count (``retain_done_count``,
+    ``retain_dead_count``).  A backend without it keeps dead jobs until they are retried or
+    purged, and the core refuses those three options when the queue is built."""
+
+    capability = "retention_limits"
+    refusal: ClassVar[Refusal | None] = (
+        "queue/retention-unsupported",
+        "prune dead jobs by age or finished jobs by count (the options retain_dead, "
+        "retain_done_count and retain_dead_count; remove them to keep dead jobs until they "
+        "are retried or purged)",
+        "e.g. 'local', 'redis' or 'memory'",
+    )
+
+    @abc.abstractmethod
+    async def prune_finished(self, *, now: float, retention: Retention) -> int:
+        """Delete, on every queue, the finished jobs ``retention`` no longer keeps; returns
+        how many.  Called by the core right after :meth:`Backend.sweep` (which prunes by
+        ``retain_done``), only when a limit is set:
+
+        * with ``retention.dead_cutoff(now)`` not ``None``, ``dead`` jobs that finished
+          before it;
+        * with ``retention.done_count`` set, each queue's ``done`` and ``cancelled`` jobs
+          (one pool) beyond that many, the least recently finished first;
+        * with ``retention.dead_count`` set, each queue's ``dead`` jobs beyond that many,
+          the least recently finished first.
+
+        A deleted job takes what is stored with it (its result, its unique key, its place in
+        its flow) as :meth:`Backend.purge` does.  Each deletion may be a step of its own, but
+        none may read every stored job: walk an index or sorted set ordered by
+        ``finished_at``.
+        """
+
+
 class JobEdits(Inspection):
     """Facet: editing a waiting job, and running a finished one again, by id
     (``Queue.promote``, ``change_delay``, ``change_priority``, ``update_payload``,
@@ -1048,6 +1090,7 @@ FACETS: tuple[type[Backend], ...] = (
     Results,
     JobEvents,
     Cancellation,
+    RetentionLimits,
     JobEdits,
     JobIds,
     Lifo,

@@ -18,7 +18,7 @@ The tree::
     │                                  queue/unique-unsupported, queue/results-unsupported,
     │                                  queue/cancel-unsupported, queue/records-unsupported,
     │                                  queue/job-edits-unsupported, queue/job-ids-unsupported,
-    │                                  queue/lifo-unsupported
+    │                                  queue/lifo-unsupported, queue/retention-unsupported
     ├── BackendUnavailableError        queue/backend-unavailable (retryable)
     ├── ResultTimeoutError (TimeoutError)  queue/result-timeout
     ├── JobFailedError                 queue/job-failed (.job_id, .state, .last_error)
@@ -76,6 +76,7 @@ ErrorCode = Literal[
     "queue/records-unsupported",
     "queue/job-ids-unsupported",
     "queue/lifo-unsupported",
+    "queue/retention-unsupported",
 ]
 
 #: Every code the library can raise; the documentation lists exactly these.
@@ -140,7 +141,8 @@ class UnsupportedError(QueueError):
     ``queue/limits-unsupported``, ``queue/unique-unsupported``,
     ``queue/results-unsupported``, ``queue/cancel-unsupported``,
     ``queue/records-unsupported``, ``queue/job-edits-unsupported``,
-    ``queue/job-ids-unsupported``, ``queue/lifo-unsupported``)."""
+    ``queue/job-ids-unsupported``, ``queue/lifo-unsupported``,
+    ``queue/retention-unsupported``)."""
 
 
 class BackendUnavailableError(QueueError):

@@ -49,6 +49,8 @@ from blamequeue.abc import (
     Record,
     Records,
     Results,
+    Retention,
+    RetentionLimits,
     Settlement,
     StoredJob,
     StoredJobPage,
@@ -192,6 +194,7 @@ class LocalBackend(
     RateLimits,
     Records,
     Results,
+    RetentionLimits,
     Uniqueness,
     Wakeup,
 ):
@@ -234,6 +237,7 @@ class LocalBackend(
         # Per queue: the database's file signature just before the last lease, so a commit
         # landing between an empty lease and the next wait_for_work is not missed.
         self._seen: dict[str, Signature] = {}
+        self._finished_index = False  # made by prune_finished when first needed
 
     @property
     def store_path(self) -> str | None:
@@ -536,6 +540,28 @@ class LocalBackend(
         pruned += await self._execute(self._sql.prune_cancelled, (now - retain_done,))
         await self._execute(self._records_sql.prune, (now,))
         return SweepResult(repended=len(expired), expired=expired, dead=dead, pruned=pruned)
+
+    async def prune_finished(self, *, now: float, retention: Retention) -> int:
+        """The limits beyond ``retain_done``, one statement per queue and limit.  The index
+        that orders a queue's done and cancelled jobs by ``finished_at`` is made the first
+        time ``retain_done_count`` is used on this database (and kept): without the option,
+        completing a job writes no entry to it."""
+        sql = self._sql
+        pruned = 0
+        dead_cutoff = retention.dead_cutoff(now)
+        if dead_cutoff is not None or retention.dead_count is not None:
+            for (queue,) in await self._all(sql.dead_queues, ()):
+                if dead_cutoff is not None:
+                    pruned += await self._execute(sql.prune_dead, (queue, dead_cutoff))
+                if retention.dead_count is not None:
+                    pruned += await self._execute(sql.trim_dead, (queue, retention.dead_count))
+        if retention.done_count is not None:
+            if not self._finished_index:
+                await self._execute(sql.finished_index, ())
+                self._finished_index = True
+            for (queue,) in await self._all(sql.finished_queues, ()):
+                pruned += await self._execute(sql.trim_finished, (queue, retention.done_count))
+        return pruned
 
     async def wait_for_work(self, queue: str, *, timeout: float) -> None:
         signature = self._signature

@@ -445,6 +445,46 @@ class Statements:
         self.prune_done = f"DELETE FROM {t} WHERE state = 'done' AND finished_at < ?1"
         self.prune_cancelled = f"DELETE FROM {t} WHERE state = 'cancelled' AND finished_at < ?1"
 
+        # The retention limits (prune_finished).  The queues holding dead jobs, or done and
+        # cancelled ones, found by one index seek each (a loose scan of the dead-letter index
+        # or the finished index), then per queue: dead jobs older than a cutoff, and the jobs
+        # beyond the N most recently finished (a walk of the N kept index entries).
+        finished = "state IN ('done', 'cancelled')"
+        self.finished_index = (
+            f'CREATE INDEX IF NOT EXISTS {prefix}"{table}_finished_idx" '
+            f'ON "{table}" (queue, finished_at) WHERE {finished}'
+        )
+        self.dead_queues, self.finished_queues = (
+            f"""
+            WITH RECURSIVE names(queue) AS (
+                SELECT min(queue) FROM {t} INDEXED BY "{index}" WHERE {where}
+                UNION ALL
+                SELECT (SELECT min(queue) FROM {t} INDEXED BY "{index}"
+                        WHERE {where} AND queue > names.queue)
+                FROM names WHERE names.queue IS NOT NULL)
+            SELECT queue FROM names WHERE queue IS NOT NULL"""
+            for where, index in (
+                ("state = 'dead'", f"{table}_dlq_idx"),
+                (finished, f"{table}_finished_idx"),
+            )
+        )
+        # Params: queue, cutoff.
+        self.prune_dead = f"""
+            DELETE FROM {t} WHERE seq IN (
+                SELECT seq FROM {t} INDEXED BY "{table}_dlq_idx"
+                WHERE queue = ?1 AND state = 'dead' AND finished_at < ?2)"""
+        # Params: queue, how many to keep.
+        self.trim_dead, self.trim_finished = (
+            f"""
+            DELETE FROM {t} WHERE seq IN (
+                SELECT seq FROM {t} INDEXED BY "{index}" WHERE queue = ?1 AND {where}
+                ORDER BY finished_at DESC LIMIT -1 OFFSET ?2)"""
+            for where, index in (
+                ("state = 'dead'", f"{table}_dlq_idx"),
+                (finished, f"{table}_finished_idx"),
+            )
+        )
+
         self.size = f"SELECT count(*) FROM {t} WHERE queue = ?1 AND state IN {_LIVE}"
 
         # The earliest available_at of a queue's pending jobs, in index seeks only (the lease

@@ -48,6 +48,8 @@ from blamequeue.abc import (
     Record,
     Records,
     Results,
+    Retention,
+    RetentionLimits,
     Settlement,
     StoredJob,
     StoredJobPage,
@@ -91,6 +93,7 @@ from blamequeue_redis._scripts import (
     LEASE_AFTER_WAIT,
     LIST_JOBS,
     NEXT_DUE,
+    PRUNE,
     PURGE,
     SCRIPTS,
     SETTLE,
@@ -285,6 +288,7 @@ class RedisBackend(
     RateLimits,
     Records,
     Results,
+    RetentionLimits,
     Uniqueness,
     WaitAndLease,
 ):
@@ -668,6 +672,28 @@ class RedisBackend(
             pending = again + pending
         await self._prune_records(now)
         return SweepResult(repended=len(expired), expired=expired, dead=dead, pruned=pruned)
+
+    async def prune_finished(self, *, now: float, retention: Retention) -> int:
+        """One script per queue (pipelined), each deleting at most ``_BUDGET`` jobs; a queue
+        whose budget ran out is run again."""
+        transport = self._boundary.require()
+        cutoff = retention.dead_cutoff(now)
+        args = (
+            "" if cutoff is None else repr(cutoff),
+            "" if retention.dead_count is None else retention.dead_count,
+            "" if retention.done_count is None else retention.done_count,
+            _BUDGET,
+        )
+        pruned = 0
+        pending = await self._queue_names()
+        while pending:
+            chunk, pending = pending[:_QUEUES_PER_PIPELINE], pending[_QUEUES_PER_PIPELINE:]
+            calls = [self._call(PRUNE, name, args) for name in chunk]
+            replies = await self._boundary.call(transport.scripts(calls))
+            again = [name for name, reply in zip(chunk, replies, strict=True) if int(reply[1])]
+            pruned += sum(int(reply[0]) for reply in replies)
+            pending = again + pending
+        return pruned
 
     async def wait_for_work(self, queue: str, *, timeout: float) -> None:
         """Block on the queue's signal list (``BLPOP``) until a transition of another process

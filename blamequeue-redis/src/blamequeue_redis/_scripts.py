@@ -44,6 +44,7 @@ __all__ = [
     "COUNTS",
     "DLQ_LIST",
     "DLQ_PURGE",
+    "PRUNE",
     "DLQ_RETRY",
     "ENQUEUE",
     "ENQUEUE_ABSENT",
@@ -170,6 +171,7 @@ LEASE_AFTER_WAIT: Final = _script("lease_after_wait", _LEASE_DUE + read_lua("lea
 SETTLE: Final = _script("settle", read_lua("settle"))
 EXTEND: Final = _script("extend", read_lua("extend"))
 SWEEP: Final = _script("sweep", read_lua("sweep"))
+PRUNE: Final = _script("prune", read_lua("prune"))
 SIZE: Final = _script("size", read_lua("size"))
 NEXT_DUE: Final = _script("next_due", read_lua("next_due"))
 PURGE: Final = _script("purge", read_lua("purge"))
@@ -196,6 +198,7 @@ SCRIPTS: Final = (
     SETTLE,
     EXTEND,
     SWEEP,
+    PRUNE,
     SIZE,
     NEXT_DUE,
     PURGE,

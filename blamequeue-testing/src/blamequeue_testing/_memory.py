@@ -11,7 +11,10 @@ latest due first) and *delayed* (keyed ``(available_at, seq)``);
 a lease first moves the delayed jobs that have come due into the ready heap.  Heap entries are
 deleted lazily: each carries the job's version at push time, and any transition bumps the
 version, so an entry that no longer describes its job is skipped when it surfaces.  Inflight
-leases and retained ``done`` jobs have heaps of their own for the sweep.
+leases and retained ``done`` jobs have heaps of their own for the sweep; per queue, finished
+jobs (``done`` and ``cancelled`` in one heap, ``dead`` in another) are filed by ``finished_at``
+when they finish, for the retention limits (:meth:`MemoryBackend.prune_finished`), which pop
+them from the oldest end.
 
 Flows: a ``parked`` job sits in no heap (it is never leased); it is filed under each id in its
 ``depends_on``, so a ``done`` settlement looks only at the jobs waiting on that one job, and is
@@ -69,6 +72,8 @@ from blamequeue.abc import (
     Record,
     Records,
     Results,
+    Retention,
+    RetentionLimits,
     Settlement,
     StoredJob,
     StoredJobPage,
@@ -189,7 +194,7 @@ def _ready_entry(row: _Row) -> _ReadyEntry:
 
 
 class _QueueIndex:
-    __slots__ = ("counts", "delayed", "horizon", "ready", "rows")
+    __slots__ = ("counts", "dead", "delayed", "finished", "horizon", "ready", "rows")
 
     def __init__(self) -> None:
         self.rows: dict[str, _Row] = {}
@@ -198,6 +203,9 @@ class _QueueIndex:
         )
         self.ready: list[_ReadyEntry] = []
         self.delayed: list[_TimedEntry] = []
+        # The retention limits: done and cancelled jobs, and dead ones, by finished_at.
+        self.finished: list[_TimedEntry] = []
+        self.dead: list[_TimedEntry] = []
         # The latest ``now`` a lease has seen: a job due by then goes straight to ``ready``.
         # A lease with an earlier ``now`` re-checks every entry it takes, so this only saves
         # work, it never decides.
@@ -240,6 +248,16 @@ class _Record:
             counters=dict(self.counters),
             expires_at=self.expires_at,
         )
+
+
+def _file(heap: list[_TimedEntry], row: _Row, live: int) -> None:
+    """File a finished ``row`` in one of its queue's retention heaps; once stale entries (of
+    rows deleted or moved on since) outnumber the ``live`` ones, drop them, so a heap nothing
+    pops stays as large as what it files."""
+    heapq.heappush(heap, (row.finished_at or 0.0, row.seq, row.version, row))
+    if len(heap) > 2 * live + 64:
+        heap[:] = [entry for entry in heap if entry[3].version == entry[2]]
+        heapq.heapify(heap)
 
 
 def _expired(record: _Record, now: float) -> bool:
@@ -293,13 +311,55 @@ class _Store:
 
     # -- transitions (caller holds the lock) --------------------------------------------------
     def move(self, row: _Row, state: JobState) -> None:
-        counts = self.queues[row.queue].counts
+        index = self.queues[row.queue]
+        counts = index.counts
         counts[row.state] -= 1
         counts[state] += 1
         row.state = state
         row.version += 1
+        if state == "dead":
+            _file(index.dead, row, counts["dead"])
+        elif state in ("done", "cancelled"):
+            _file(index.finished, row, counts["done"] + counts["cancelled"])
         if self.watches and state in ("done", "dead"):
             self.tell(row.id, None)
+
+    def prune_finished(self, retention: Retention, now: float) -> int:
+        """Delete the finished jobs ``retention`` no longer keeps; returns how many."""
+        pruned = 0
+        dead_cutoff = retention.dead_cutoff(now)
+        for index in list(self.queues.values()):
+            if dead_cutoff is not None or retention.dead_count is not None:
+                pruned += self._trim(
+                    index, index.dead, ("dead",), retention.dead_count, dead_cutoff
+                )
+            if retention.done_count is not None:
+                pruned += self._trim(
+                    index, index.finished, ("done", "cancelled"), retention.done_count
+                )
+        return pruned
+
+    def _trim(
+        self,
+        index: _QueueIndex,
+        heap: list[_TimedEntry],
+        states: tuple[JobState, ...],
+        keep: int | None,
+        before: float | None = None,
+    ) -> int:
+        """Delete the rows of one queue's ``heap`` from the least recently finished while
+        more than ``keep`` rows are in ``states`` or the oldest finished before ``before``."""
+        pruned = 0
+        while heap:
+            finished_at, _, version, row = heap[0]
+            if row.version == version:
+                over = keep is not None and sum(index.counts[state] for state in states) > keep
+                if not over and (before is None or finished_at >= before):
+                    break
+                self.delete(row)
+                pruned += 1
+            heapq.heappop(heap)
+        return pruned
 
     def pend(self, row: _Row) -> None:
         """File a row that is now ``pending`` (its version already bumped) in a heap."""
@@ -476,6 +536,7 @@ class MemoryBackend(
     RateLimits,
     Records,
     Results,
+    RetentionLimits,
     Uniqueness,
 ):
     """The ``memory`` protocol: full blamequeue semantics (SPEC §3) in process memory.
@@ -764,6 +825,12 @@ class MemoryBackend(
                 for key in [k for k, r in records.items() if _expired(r, now)]:
                     del records[key]
         return SweepResult(repended=len(expired), expired=expired, dead=dead, pruned=pruned)
+
+    async def prune_finished(self, *, now: float, retention: Retention) -> int:
+        await anyio.lowlevel.checkpoint()
+        store = self._store
+        with store.lock:
+            return store.prune_finished(retention, now)
 
     async def wait_for_work(self, queue: str, *, timeout: float) -> None:
         """Return after ``timeout`` seconds **of the queue's clock**, or earlier when a job of

@@ -96,7 +96,7 @@ from ._conformance.results import (
     TestResults,
     TestWithoutResults,
 )
-from ._conformance.retention import TestRetention
+from ._conformance.retention import TestRetention, TestRetentionOptions, TestWithoutRetentionLimits
 from ._conformance.retry_later import TestBackoffFunctions, TestRateLimited, TestRetryLater
 from ._conformance.schedules import TestSchedules, TestWithoutSchedules
 from ._conformance.sealing_audit import TestAuditTrail, TestSealing, TestSealKeyFile
@@ -162,6 +162,7 @@ __all__ = [
     "TestRetryLater",
     "TestResults",
     "TestRetention",
+    "TestRetentionOptions",
     "TestSchedules",
     "TestSealKeyFile",
     "TestSealing",
@@ -177,6 +178,7 @@ __all__ = [
     "TestWithoutBatches",
     "TestWithoutCancel",
     "TestWithoutDeadLetterQueue",
+    "TestWithoutRetentionLimits",
     "TestWithoutFlows",
     "TestFlowAcrossQueues",
     "TestFlowPolicies",
