@@ -59,6 +59,12 @@ class Job:
     group_key: str | None = None
     """The group it was enqueued in (``enqueue(..., group_key=...)``), if any."""
 
+    @property
+    def job_id(self) -> str:
+        """The same as :attr:`id`: every value that describes a job answers ``job_id``
+        (:class:`DeadLetter`, :class:`FlowJob`, events, audit records, log records)."""
+        return self.id
+
 
 @attrs.frozen(kw_only=True)
 class JobProgress:
@@ -105,6 +111,11 @@ class JobInfo:
     progress: JobProgress | None = None
     """The last progress its handler reported, or ``None`` (never reported, or a backend
     that keeps no records)."""
+
+    @property
+    def job_id(self) -> str:
+        """The job's id (``info.job.id``), named as on every value that describes a job."""
+        return self.job.id
 
 
 @attrs.frozen(kw_only=True)
@@ -166,6 +177,12 @@ class DeadLetter:
     trace_id: str | None
     classification: str | None
     failed_at: datetime
+
+    @property
+    def id(self) -> str:
+        """The same as :attr:`job_id`, named as on :class:`Job`: code handling both a job and
+        a dead letter may read ``.id`` of either (and ``.job_id`` of either)."""
+        return self.job_id
 
 
 @attrs.frozen(kw_only=True)
