@@ -260,7 +260,8 @@ async def test_registering_two_tasks_under_one_name_is_refused(bq_queue: Queue) 
     with pytest.raises(QueueError) as caught:
         bq_queue.register(Impostor)
     assert caught.value.code == "queue/invalid-config"
-    assert "already registered as 'SendWelcomeEmail'" in caught.value.message
+    assert "two different tasks are named 'SendWelcomeEmail'" in caught.value.message
+    assert "Impostor" in caught.value.message
 
 
 async def test_bad_declarations_are_refused_at_registration(bq_queue: Queue) -> None:

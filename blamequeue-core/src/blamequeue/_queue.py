@@ -304,6 +304,9 @@ class Queue:
             self._tg.cancel_scope.cancel()
             self._events.attach(None)
             self._started = False
+            # A shut-down queue cannot start again: its tasks dispatch to no queue rather
+            # than to this one (the next test's Queue, say, registers them afresh).
+            self._tasks.detach()
             # Not inside a new scope: the task group must exit in the scope it was entered in.
             # Each backend close shields itself (_close_backend).
             await self._stack.aclose()

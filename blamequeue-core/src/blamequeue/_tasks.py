@@ -382,6 +382,14 @@ class RegisteredTask:
         return run_sync
 
 
+def _where(target: object) -> str:
+    """``module:qualname`` of a task class or function, for messages and to tell a module
+    imported again (the same place) from a second task of the same name."""
+    function = target.function if isinstance(target, FunctionTask) else target
+    module = getattr(function, "__module__", "?")
+    return f"{module}:{getattr(function, '__qualname__', repr(function))}"
+
+
 def _is_task_class(candidate: object) -> bool:
     return (
         isinstance(candidate, type)
@@ -425,11 +433,16 @@ class TaskRegistry:
         entry = RegisteredTask.of(target)
         settings = entry.settings
         existing = self._tasks.get(settings.name)
-        if existing is not None and existing.target is not target:
+        if (
+            existing is not None
+            and existing.target is not target
+            and _where(existing.target) != _where(target)  # else: its module imported again
+        ):
             raise ConfigError(
                 "queue/invalid-config",
-                f"a different task is already registered as {settings.name!r} "
-                f"({existing.target!r}); give one of them another name",
+                f"two different tasks are named {settings.name!r} on this queue: "
+                f"{_where(existing.target)} (registered first) and {_where(target)}; give one "
+                f"of them another name (@task(name=...), or a class's `name`)",
             )
         self._tasks[settings.name] = entry
         registries = target._registries if isinstance(target, FunctionTask) else None
@@ -442,6 +455,20 @@ class TaskRegistry:
             registries.remove(self)
         registries.append(self)
         return target
+
+    def detach(self) -> None:
+        """Stop being where the registered tasks dispatch (the queue shut down for good): each
+        task then dispatches through the registry it was registered in before this one, or
+        says it is registered on no running queue.  The tasks stay listed here."""
+        for entry in self._tasks.values():
+            target = entry.target
+            registries = (
+                target._registries
+                if isinstance(target, FunctionTask)
+                else target.__dict__.get("_registries")
+            )
+            if registries is not None and self in registries:
+                registries.remove(self)
 
     def get(self, name: str) -> RegisteredTask:
         """The task registered as ``name``; ``queue/unknown-job`` (with the closest names)
