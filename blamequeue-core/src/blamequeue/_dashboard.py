@@ -21,8 +21,9 @@ What guards it, in the order a request meets it:
   (``{"queue": NAME}``), and does nothing unless both agree.
 - **What is shown.** Errors as their first line (exception type and message), URL passwords
   masked; the full text only with ``?full=1`` and the token.  ``with_context`` values never
-  (their keys only).  Payloads only when the app was built with ``allow_payloads=True`` *and*
-  the request carries the token.
+  (their keys only).  Payloads, and a done job's result, only when the app was built with
+  ``allow_payloads=True`` *and* the request carries the token.  Log lines with URL passwords
+  masked.
 
 Paths are split on ``/`` as the client sent them (the ASGI ``raw_path``) and each segment is
 percent-decoded once, so a queue name may hold any character (``/``, ``%``, spaces, ``?``,
