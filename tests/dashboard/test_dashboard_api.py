@@ -111,6 +111,7 @@ async def test_reads_without_the_token_get_401(seeded: Queue, anyio_backend: str
         "/api/queues/emails/jobs",
         "/api/queues/emails/dlq",
         f"/api/jobs/{dead.job_id}",
+        f"/api/jobs/{dead.job_id}/logs",
         "/api/batches",
         "/api/schedules",
         "/api/flows/flow-x",
@@ -381,8 +382,8 @@ async def _call(
 async def _report(job: Job, ctx: JobContext) -> dict[str, int]:
     await ctx.log("read 10 rows from https://user:pa55word@files.example/in.csv")
     await ctx.log("wrote the report")
-    await ctx.progress(50, {"rows": 10})
-    return {"sum": 3}
+    await ctx.progress(50, {"rows": 10, "_step": "b"})
+    return {"sum": 3, "_id": "r-1"}
 
 
 @pytest.fixture
@@ -391,7 +392,7 @@ async def controlled(tmp_path: Path) -> AsyncIterator[Queue]:
     reported progress and returned a result, a delayed job (due in an hour) and a due one."""
     queue = Queue(backends={"l": {"protocol": "local", "path": str(tmp_path / "jobs.db")}})
     async with queue:
-        await queue.enqueue("reports", {"n": 1}, job_id="report-done")
+        await queue.enqueue("reports", {"n": 1, "_id": "p-1"}, job_id="report-done")
         await queue.tick("reports", _report, max=1)
         await queue.enqueue("reports", {"n": 2}, job_id="report-later", delay=3600)
         await queue.enqueue("reports", {"n": 3}, job_id="report-due")
@@ -406,9 +407,10 @@ async def test_job_view_shows_logs_progress_result_and_what_applies(
         done = (await client.get("/api/jobs/report-done", headers=READ)).json()
         assert done["state"] == "done"
         assert done["progress"]["percent"] == 50
-        assert done["progress"]["data"] == {"rows": 10}
+        assert done["progress"]["data"] == {"rows": 10, "_step": "b"}  # every key kept
+        assert done["job"]["payload"] == {"n": 1, "_id": "p-1"}
         assert done["result_shown"] is True
-        assert done["result"] == {"sum": 3}
+        assert done["result"] == {"sum": 3, "_id": "r-1"}
         assert done["actions"] == {"promote": False, "rerun": True}
         logs = (await client.get("/api/jobs/report-done/logs", headers=READ)).json()
         assert logs["job_id"] == "report-done"

@@ -180,10 +180,13 @@ def _one_line(text: Any) -> str | None:
 
 
 def _jsonable(value: Any) -> Any:
+    """``value`` as JSON can hold it: a record's public fields (a payload's, result's or
+    progress data's keys are all kept, ``_id`` included), times as ISO text."""
     if attrs.has(type(value)):
-        return _jsonable(attrs.asdict(value, recurse=False))
+        fields = attrs.asdict(value, recurse=False)
+        return {k: _jsonable(v) for k, v in fields.items() if not k.startswith("_")}
     if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items() if not str(k).startswith("_")}
+        return {str(k): _jsonable(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [_jsonable(v) for v in value]
     if hasattr(value, "isoformat"):
@@ -338,9 +341,7 @@ def dashboard_app(
         document["result"] = document["result_error"] = None
         if document["result_shown"]:
             try:
-                document["result"] = _jsonable(
-                    await queue.result(job_id, timeout=0, backend=backend)
-                )
+                document["result"] = await queue.result(job_id, timeout=0, backend=backend)
             except QueueError as exc:  # pruned meanwhile, or a value JSON could not hold
                 document["result_shown"] = False
                 document["result_error"] = _one_line(exc.message)
