@@ -6,7 +6,7 @@ Queue names with ``/``, ``%``, spaces and more reach exactly their queue."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, MutableMapping
+from collections.abc import AsyncIterator, Iterator, MutableMapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -14,10 +14,12 @@ from urllib.parse import quote
 import anyio
 import httpx
 import pytest
+import redis
 
 from asgi_server import serving
 from blamequeue import FlowChild, Job, JobContext, JsonlAuditSink, Queue, QueueError, dashboard_app
 from blamequeue._dashboard import host_name
+from blamequeue_testing.servers import RedisServer
 
 pytestmark = pytest.mark.anyio
 
@@ -109,6 +111,7 @@ async def test_reads_without_the_token_get_401(seeded: Queue, anyio_backend: str
         "/api/queues/emails/jobs",
         "/api/queues/emails/dlq",
         f"/api/jobs/{dead.job_id}",
+        f"/api/jobs/{dead.job_id}/logs",
         "/api/batches",
         "/api/schedules",
         "/api/flows/flow-x",
@@ -374,3 +377,176 @@ async def _call(
 
     await app(scope, receive, send)
     return sent[0]["status"], sent[1]["body"]
+
+
+async def _report(job: Job, ctx: JobContext) -> dict[str, int]:
+    await ctx.log("read 10 rows from https://user:pa55word@files.example/in.csv")
+    await ctx.log("wrote the report")
+    await ctx.progress(50, {"rows": 10, "_step": "b"})
+    return {"sum": 3, "_id": "r-1"}
+
+
+@pytest.fixture
+async def controlled(tmp_path: Path) -> AsyncIterator[Queue]:
+    """A local queue holding, in the queue ``reports``: a done job that logged two lines,
+    reported progress and returned a result, a delayed job (due in an hour) and a due one."""
+    queue = Queue(backends={"l": {"protocol": "local", "path": str(tmp_path / "jobs.db")}})
+    async with queue:
+        await queue.enqueue("reports", {"n": 1, "_id": "p-1"}, job_id="report-done")
+        await queue.tick("reports", _report, max=1)
+        await queue.enqueue("reports", {"n": 2}, job_id="report-later", delay=3600)
+        await queue.enqueue("reports", {"n": 3}, job_id="report-due")
+        yield queue
+
+
+async def test_job_view_shows_logs_progress_result_and_what_applies(
+    controlled: Queue, anyio_backend: str
+) -> None:
+    app = dashboard_app(controlled, token=TOKEN, allow_payloads=True)
+    async with serving(app, anyio_backend) as url, httpx.AsyncClient(base_url=url) as client:
+        done = (await client.get("/api/jobs/report-done", headers=READ)).json()
+        assert done["state"] == "done"
+        assert done["progress"]["percent"] == 50
+        assert done["progress"]["data"] == {"rows": 10, "_step": "b"}  # every key kept
+        assert done["job"]["payload"] == {"n": 1, "_id": "p-1"}
+        assert done["result_shown"] is True
+        assert done["result"] == {"sum": 3, "_id": "r-1"}
+        assert done["actions"] == {"promote": False, "rerun": True}
+        logs = (await client.get("/api/jobs/report-done/logs", headers=READ)).json()
+        assert logs["job_id"] == "report-done"
+        messages = [(line["attempt"], line["message"]) for line in logs["logs"]]
+        assert messages == [
+            (1, "read 10 rows from https://***@files.example/in.csv"),  # the password masked
+            (1, "wrote the report"),
+        ]
+        assert all(line["time"].endswith("+00:00") for line in logs["logs"])
+        later = (await client.get("/api/jobs/report-later", headers=READ)).json()
+        assert later["actions"] == {"promote": True, "rerun": False}
+        assert later["result_shown"] is False
+        assert later["progress"] is None
+        due = (await client.get("/api/jobs/report-due", headers=READ)).json()
+        assert due["actions"] == {"promote": False, "rerun": False}
+        assert (await client.get("/api/jobs/report-due/logs", headers=READ)).json()["logs"] == []
+        missing = await client.get("/api/jobs/job-nope/logs", headers=READ)
+        assert missing.status_code == 404
+        assert missing.json()["code"] == "queue/job-not-found"
+    hidden = dashboard_app(controlled, token=TOKEN)  # results are shown as payloads are
+    async with serving(hidden, anyio_backend) as url, httpx.AsyncClient(base_url=url) as client:
+        done = (await client.get("/api/jobs/report-done", headers=READ)).json()
+        assert (done["result_shown"], done["result"]) == (False, None)
+
+
+async def test_promote_makes_a_delayed_job_due_and_says_when_it_cannot(
+    controlled: Queue, anyio_backend: str
+) -> None:
+    app = dashboard_app(controlled, token=TOKEN)
+    async with serving(app, anyio_backend) as url, httpx.AsyncClient(base_url=url) as client:
+        done = await client.post("/api/jobs/report-later/promote", headers=ACTION)
+        assert done.status_code == 200
+        assert done.json() == {"job_id": "report-later", "promoted": True}
+        info = await controlled.job_info("report-later")
+        assert info is not None
+        assert info.job.available_at.timestamp() <= controlled.clock.now()
+        for job_id, state in [
+            ("report-later", "pending and already due"),  # promoted already
+            ("report-due", "pending and already due"),
+            ("report-done", "done"),
+        ]:
+            again = await client.post(f"/api/jobs/{job_id}/promote", headers=ACTION)
+            assert again.status_code == 409, job_id
+            error = again.json()["error"]
+            assert f"it is {state}" in error
+            assert "only a delayed pending job" in error
+            assert "nothing was done" in error
+        missing = await client.post("/api/jobs/job-nope/promote", headers=ACTION)
+        assert missing.status_code == 404
+        assert missing.json()["code"] == "queue/job-not-found"
+
+
+async def test_rerun_runs_a_finished_job_again_and_says_when_it_cannot(
+    controlled: Queue, anyio_backend: str
+) -> None:
+    app = dashboard_app(controlled, token=TOKEN)
+    async with serving(app, anyio_backend) as url, httpx.AsyncClient(base_url=url) as client:
+        done = await client.post("/api/jobs/report-done/rerun", headers=ACTION)
+        assert done.json() == {"job_id": "report-done", "rerun": True}
+        info = await controlled.job_info("report-done")
+        assert info is not None
+        assert (info.state, info.job.attempts) == ("pending", 0)
+        again = await client.post("/api/jobs/report-done/rerun", headers=ACTION)
+        assert again.status_code == 409
+        assert "it is pending, and only a done, dead or cancelled job" in again.json()["error"]
+        missing = await client.post("/api/jobs/job-nope/rerun", headers=ACTION)
+        assert missing.status_code == 404
+        assert missing.json()["code"] == "queue/job-not-found"
+
+
+async def test_promote_and_rerun_are_the_operators(controlled: Queue, anyio_backend: str) -> None:
+    app = dashboard_app(controlled, token=TOKEN, read_only_open=True)
+    async with serving(app, anyio_backend) as url, httpx.AsyncClient(base_url=url) as client:
+        for path in ("/api/jobs/report-later/promote", "/api/jobs/report-done/rerun"):
+            assert (await client.post(path)).status_code == 401
+            no_token = await client.post(path, headers={"X-Blamequeue-Action": "1"})
+            assert no_token.status_code == 401
+            assert "operator" in no_token.json()["error"]
+            no_csrf = await client.post(path, headers=READ)
+            assert no_csrf.status_code == 403
+            assert "X-Blamequeue-Action: 1" in no_csrf.json()["error"]
+            assert "operator" in no_csrf.json()["error"]
+            evil = await client.post(path, headers={**ACTION, "Origin": "http://evil.example"})
+            assert evil.status_code == 403
+        assert (await client.get("/api/jobs/report-done/logs")).status_code == 200  # a read
+    later, done = [await controlled.job_info(j) for j in ("report-later", "report-done")]
+    assert later is not None
+    assert done is not None
+    assert later.job.available_at.timestamp() > controlled.clock.now()  # nothing was done
+    assert done.state == "done"
+    open_only = dashboard_app(controlled, read_only_open=True)  # no token: no operator at all
+    async with serving(open_only, anyio_backend) as url, httpx.AsyncClient(base_url=url) as c:
+        refused = await c.post("/api/jobs/report-done/rerun", headers=ACTION)
+        assert refused.status_code == 403
+        assert "operator" in refused.json()["error"]
+        assert "read-only" in refused.json()["error"]
+
+
+async def test_head_of_the_page_answers_as_its_get(seeded: Queue, anyio_backend: str) -> None:
+    app = dashboard_app(seeded, token=TOKEN)
+    async with serving(app, anyio_backend) as url, httpx.AsyncClient(base_url=url) as client:
+        page = await client.get("/")
+        head = await client.head("/")
+        assert head.status_code == 200
+        assert head.headers["content-type"] == page.headers["content-type"]
+        assert head.headers["content-length"] == str(len(page.content))
+        assert head.content == b""
+
+
+@pytest.fixture(scope="module")
+def redis_url() -> Iterator[str]:
+    with RedisServer() as server:
+        yield server.url
+
+
+async def test_a_backend_that_refuses_edits_answers_its_code_not_a_500(
+    redis_url: str, anyio_backend: str
+) -> None:
+    with redis.Redis.from_url(redis_url) as raw:
+        raw.flushall()
+    queue = Queue(backends={"r": {"protocol": "redis", "url": redis_url, "seal": False}})
+    async with queue:
+        await queue.enqueue("reports", {"n": 2}, job_id="report-later", delay=3600)
+        await queue.enqueue("reports", {"n": 1}, job_id="report-done")
+        await queue.tick("reports", _report, max=1)
+        app = dashboard_app(queue, token=TOKEN)
+        async with serving(app, anyio_backend) as url, httpx.AsyncClient(base_url=url) as client:
+            for path in ("/api/jobs/report-later/promote", "/api/jobs/report-done/rerun"):
+                refused = await client.post(path, headers=ACTION)
+                assert refused.status_code == 501, path
+                body = refused.json()
+                assert body["code"] == "queue/job-edits-unsupported"
+                assert "edit" in body["error"]
+                assert "\\n" not in body["error"]
+            logs = (await client.get("/api/jobs/report-done/logs", headers=READ)).json()
+            assert [line["message"] for line in logs["logs"]][1] == "wrote the report"
+        later = await queue.job_info("report-later")
+        assert later is not None
+        assert later.job.available_at.timestamp() > queue.clock.now()

@@ -159,6 +159,7 @@ async def dashboard_bodies(queue: Queue, anyio_backend: str, queue_name: str) ->
         "/api/batches",
         "/api/schedules",
         "/api/jobs/job-none",
+        "/api/jobs/job-none/logs",
         "/api/flows/flow-none",
     ]
     bodies: list[str] = []

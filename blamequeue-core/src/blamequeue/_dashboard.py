@@ -13,15 +13,17 @@ What guards it, in the order a request meets it:
   loopback to a loopback ``Host`` read without it; writes still need it.  The page itself (one
   static HTML file) is served without it: the page takes the token from its URL fragment, which
   browsers never send to a server, keeps it in ``sessionStorage`` and sends it as the header.
-- **Writes** (DLQ retry, retry-all, purge) also need the header ``X-Blamequeue-Action: 1``,
+- **Writes** (DLQ retry, retry-all, purge, promote, rerun) are the operator's: they need the
+  token (a dashboard started without one is read-only) and the header ``X-Blamequeue-Action: 1``,
   which a browser cannot add to a cross-site form or image request without a CORS preflight
   this app never grants (the CSRF guard); a request whose ``Origin`` names another host is
   refused too.  A queue-wide action names its queue twice, in the path and in the body
   (``{"queue": NAME}``), and does nothing unless both agree.
 - **What is shown.** Errors as their first line (exception type and message), URL passwords
   masked; the full text only with ``?full=1`` and the token.  ``with_context`` values never
-  (their keys only).  Payloads only when the app was built with ``allow_payloads=True`` *and*
-  the request carries the token.
+  (their keys only).  Payloads, and a done job's result, only when the app was built with
+  ``allow_payloads=True`` *and* the request carries the token.  Log lines with URL passwords
+  masked.
 
 Paths are split on ``/`` as the client sent them (the ASGI ``raw_path``) and each segment is
 percent-decoded once, so a queue name may hold any character (``/``, ``%``, spaces, ``?``,
@@ -60,16 +62,26 @@ log = logging.getLogger("blamequeue.dashboard")
 _STATUS_OF = {
     "queue/job-not-found": 404,
     "queue/bad-argument": 400,
-    "queue/records-unsupported": 501,
-    "queue/inspection-unsupported": 501,
-    "queue/dlq-unsupported": 501,
     "queue/backend-unavailable": 503,
 }
+
+
+def _status_of(code: str) -> int:
+    """The HTTP status of a :class:`QueueError` code: any ``queue/...-unsupported`` (a
+    backend's refusal, e.g. ``queue/job-edits-unsupported``) is 501, the rest as listed, else
+    400."""
+    if code.endswith("-unsupported"):
+        return 501
+    return _STATUS_OF.get(code, 400)
+
 
 _CSP = (
     b"default-src 'self'; script-src 'unsafe-inline' 'self'; "
     b"style-src 'unsafe-inline' 'self'; connect-src 'self'; img-src 'self' data:"
 )
+
+_PROMOTABLE = "only a delayed pending job can be made due now"
+_RERUNNABLE = "only a done, dead or cancelled job can run again"
 
 _MAX_BODY = 64 * 1024
 _MAX_ERROR_LINE = 500
@@ -168,10 +180,13 @@ def _one_line(text: Any) -> str | None:
 
 
 def _jsonable(value: Any) -> Any:
+    """``value`` as JSON can hold it: a record's public fields (a payload's, result's or
+    progress data's keys are all kept, ``_id`` included), times as ISO text."""
     if attrs.has(type(value)):
-        return _jsonable(attrs.asdict(value, recurse=False))
+        fields = attrs.asdict(value, recurse=False)
+        return {k: _jsonable(v) for k, v in fields.items() if not k.startswith("_")}
     if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items() if not str(k).startswith("_")}
+        return {str(k): _jsonable(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [_jsonable(v) for v in value]
     if hasattr(value, "isoformat"):
@@ -266,14 +281,29 @@ def dashboard_app(
 
     def check_write(headers: dict[str, str]) -> None:
         if token is None:
-            raise _HTTPError(403, "the dashboard is read-only: set BLAMEQUEUE_DASHBOARD_TOKEN")
+            raise _HTTPError(
+                403,
+                "actions need the operator's access (the token), and this dashboard is "
+                "read-only: it was started without a token (set BLAMEQUEUE_DASHBOARD_TOKEN); "
+                "nothing was done",
+            )
         if not authorised(headers):
-            raise _HTTPError(401, "a valid token is needed for this action")
+            raise _HTTPError(
+                401, "this action needs the operator's access: a valid token; nothing was done"
+            )
         if headers.get("x-blamequeue-action") != "1":
-            raise _HTTPError(403, "missing X-Blamequeue-Action header (CSRF guard)")
+            raise _HTTPError(
+                403,
+                "this action needs the operator's access: the token and the header "
+                "X-Blamequeue-Action: 1 (the CSRF guard), which is missing; nothing was done",
+            )
         origin, host = headers.get("origin"), headers.get("host")
         if origin is not None and origin.split("://", 1)[-1] != host:
-            raise _HTTPError(403, "cross-origin write refused")
+            raise _HTTPError(
+                403,
+                f"cross-origin action refused: Origin {origin!r} is not this dashboard's "
+                f"host; nothing was done",
+            )
 
     async def overview() -> Any:
         counts = await queue.queues(backend=backend)
@@ -307,6 +337,19 @@ def dashboard_app(
         shown = allow_payloads and holder
         document = _shown_info(info, payload=shown, full_error=full)
         document["payload_shown"] = shown
+        document["result_shown"] = shown and info.state == "done"
+        document["result"] = document["result_error"] = None
+        if document["result_shown"]:
+            try:
+                document["result"] = await queue.result(job_id, timeout=0, backend=backend)
+            except QueueError as exc:  # pruned meanwhile, or a value JSON could not hold
+                document["result_shown"] = False
+                document["result_error"] = _one_line(exc.message)
+        delayed = info.job.available_at.timestamp() > queue.clock.now()
+        document["actions"] = {
+            "promote": info.state == "pending" and delayed,
+            "rerun": info.state in ("done", "dead", "cancelled"),
+        }
         document["timeline"] = [
             {"at": document["job"]["created_at"], "what": "enqueued"},
             {"at": document["job"]["available_at"], "what": "due"},
@@ -340,6 +383,14 @@ def dashboard_app(
                 return {"queue": name, "dead": letters}
             case ["jobs", job_id]:
                 return await job_detail(job_id, headers, query.get("full") == "1")
+            case ["jobs", job_id, "logs"]:
+                lines = await queue.job_logs(job_id, backend=backend)
+                return {
+                    "job_id": job_id,
+                    "logs": [
+                        {**_jsonable(line), "message": redacted(line.message)} for line in lines
+                    ],
+                }
             case ["flows", flow_id]:
                 status = await queue.flow_status(flow_id, backend=backend)
                 nodes = []
@@ -364,6 +415,14 @@ def dashboard_app(
         match parts:
             case ["jobs", job_id, "retry"]:
                 return {"retried": await queue.dlq_retry(job_id, backend=backend)}
+            case ["jobs", job_id, "promote"]:
+                if not await queue.promote(job_id, backend=backend):
+                    raise _HTTPError(409, await refused(job_id, "promoted", _PROMOTABLE))
+                return {"job_id": job_id, "promoted": True}
+            case ["jobs", job_id, "rerun"]:
+                if not await queue.rerun(job_id, backend=backend):
+                    raise _HTTPError(409, await refused(job_id, "rerun", _RERUNNABLE))
+                return {"job_id": job_id, "rerun": True}
             case ["queues", name, "dlq", "retry-all"]:
                 confirm(name, body, "retry-all")
                 return {"queue": name, "retried": await queue.dlq_retry_all(name, backend=backend)}
@@ -371,6 +430,17 @@ def dashboard_app(
                 confirm(name, body, "purge")
                 return {"queue": name, "purged": await queue.dlq_purge(name, backend=backend)}
         raise _HTTPError(404, "no such action")
+
+    async def refused(job_id: str, done: str, applies_to: str) -> str:
+        """Why an action on ``job_id`` changed nothing: the state it is in now."""
+        info = await queue.job_info(job_id, backend=backend)
+        if info is None:
+            where = "gone (purged or pruned meanwhile)"
+        elif info.state == "pending" and done == "promoted":
+            where = "pending and already due"
+        else:
+            where = info.state
+        return f"job {job_id!r} was not {done}: it is {where}, and {applies_to}; nothing was done"
 
     def confirm(name: str, body: Any, action: str) -> None:
         """A queue-wide action acts only when its body names the queue its path names."""
@@ -428,7 +498,8 @@ def dashboard_app(
                     location = quote(str(scope.get("root_path") or "")) + "/"
                     await _send(send, 308, b"", "text/plain", [(b"location", location.encode())])
                     return
-                await _send(send, 200, page, "text/html; charset=utf-8")
+                head = scope["method"] == "HEAD"
+                await _send(send, 200, page, "text/html; charset=utf-8", head=head)
                 return
             if parts[:1] != ["api"]:
                 raise _HTTPError(404, "not found")
@@ -437,7 +508,7 @@ def dashboard_app(
         except _HTTPError as exc:
             status, body = exc.status, {"error": str(exc)}
         except QueueError as exc:
-            status = _STATUS_OF.get(exc.code, 400)
+            status = _status_of(exc.code)
             body = {"error": _one_line(exc.message), "code": exc.code}
         except ValueError as exc:
             status, body = 400, {"error": _one_line(str(exc))}
@@ -502,7 +573,10 @@ async def _send(
     body: bytes,
     content_type: str,
     extra: list[tuple[bytes, bytes]] | None = None,
+    *,
+    head: bool = False,
 ) -> None:
+    """Answer with ``body`` (only its length for a ``HEAD`` request)."""
     headers = [
         (b"content-type", content_type.encode()),
         (b"content-length", str(len(body)).encode()),
@@ -514,4 +588,4 @@ async def _send(
         *(extra or []),
     ]
     await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
+    await send({"type": "http.response.body", "body": b"" if head else body})
