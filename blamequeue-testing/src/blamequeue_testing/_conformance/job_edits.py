@@ -354,6 +354,20 @@ class TestJobEdits:
         assert await lease_order(conformance, max=1) == ["a"]
         assert await lease_order(conformance) == ["c"]
 
+    async def test_a_rerun_job_comes_back_without_its_unique_key(
+        self, conformance: Conformance
+    ) -> None:
+        conformance.require("unique", "the job was enqueued with a unique key")
+        conformance.require("cancel", "the finished job is a cancelled one")
+        q, name = conformance.queue, conformance.name
+        first = await q.enqueue(name, "first", unique_key="order-7")
+        assert await q.cancel(first) is True
+        assert await q.rerun(first) is True
+        second = await q.enqueue(name, "second", unique_key="order-7")
+        assert second != first
+        assert await q.enqueue(name, "third", unique_key="order-7") == second
+        assert sorted(await lease_order(conformance)) == ["first", "second"]
+
     async def test_rerun_of_a_pending_or_parked_job_returns_false(
         self, conformance: Conformance
     ) -> None:
