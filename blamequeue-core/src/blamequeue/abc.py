@@ -908,7 +908,7 @@ class JobEdits(Inspection):
     refusal: ClassVar[Refusal | None] = (
         "queue/job-edits-unsupported",
         "edit or rerun a job by id",
-        "e.g. 'local', 'memory'",
+        "e.g. 'local', 'redis', 'memory'",
     )
 
     @abc.abstractmethod

@@ -31,9 +31,11 @@ from blamequeue.abc import (
     Cancellation,
     CancelOutcome,
     DeadLetters,
+    EditOutcome,
     Flows,
     GroupLimits,
     JobCursor,
+    JobEdits,
     JobEvents,
     JobIds,
     JobState,
@@ -79,6 +81,8 @@ from blamequeue_redis._records_script import (
 )
 from blamequeue_redis._scripts import (
     CANCEL,
+    CHANGE_DELAY,
+    CHANGE_PRIORITY,
     COUNTS,
     DLQ_LIST,
     DLQ_PURGE,
@@ -93,12 +97,15 @@ from blamequeue_redis._scripts import (
     LEASE_AFTER_WAIT,
     LIST_JOBS,
     NEXT_DUE,
+    PROMOTE,
     PRUNE,
     PURGE,
+    RERUN,
     SCRIPTS,
     SETTLE,
     SIZE,
     SWEEP,
+    UPDATE_PAYLOAD,
     WAIT_MARK,
     WORKER_BEAT,
     WORKER_GONE,
@@ -200,6 +207,22 @@ def _stored(queue: str, row: list[Any]) -> StoredJob:
     )
 
 
+def _edit_outcome(queue: str, reply: Any) -> EditOutcome | None:
+    """The outcome in a job edit script's reply: ``[applied, state before, row after]``, or
+    ``''`` when the queue has no such job (``None``)."""
+    if not isinstance(reply, list | tuple) or len(reply) != 3:
+        return None
+    applied, was, text = reply
+    job = _stored(queue, json.loads(_text(text)))
+    return EditOutcome(job=job, applied=int(applied) == 1, was=cast(JobState, _text(was)))
+
+
+def _spelled(value: str | None) -> str:
+    """An optional field as ``UPDATE_PAYLOAD`` compares it: ``''`` for none, else ``'='`` and
+    the value (so an empty value is not none)."""
+    return "" if value is None else "=" + value
+
+
 def _leases_after_wait(queue: str, token: str, reply: Any) -> list[Lease]:
     """The leases in ``LEASE_AFTER_WAIT``'s reply: ``[rows (JSON), expires_at]``."""
     rows, expires = reply
@@ -281,6 +304,7 @@ class RedisBackend(
     DeadLetters,
     Flows,
     GroupLimits,
+    JobEdits,
     JobEvents,
     JobIds,
     NextDue,
@@ -826,6 +850,46 @@ class RedisBackend(
                 job = _stored(queue, json.loads(_text(text)))
                 return CancelOutcome(job=job, cancelled=int(cancelled) == 1)
         return None
+
+    # -- job edits ---------------------------------------------------------------------------
+    async def _edit(self, script: Script, job_id: str, args: Sequence[Any]) -> EditOutcome | None:
+        """Run an edit ``script`` given only the job's id: on every queue (pipelined), as
+        :meth:`cancel` does; it acts only where the job is, each run atomic on its own."""
+        if not job_id:
+            raise BadArgumentError("queue/bad-argument", "job id must be a non-empty string")
+        for queue, reply in await self._each_queue(script, lambda _: (job_id, *args)):
+            outcome = _edit_outcome(queue, reply)
+            if outcome is not None:
+                return outcome
+        return None
+
+    async def promote(self, job_id: str, *, now: float) -> EditOutcome | None:
+        return await self._edit(PROMOTE, job_id, (repr(now),))
+
+    async def change_delay(
+        self, job_id: str, *, available_at: float, now: float
+    ) -> EditOutcome | None:
+        return await self._edit(CHANGE_DELAY, job_id, (repr(available_at), repr(now)))
+
+    async def change_priority(self, job_id: str, *, priority: int) -> EditOutcome | None:
+        return await self._edit(CHANGE_PRIORITY, job_id, (priority,))
+
+    async def update_payload(
+        self, job_id: str, payload: str, *, queue: str, flow_id: str | None, meta: str | None
+    ) -> EditOutcome | None:
+        # The place names the queue: only its script runs.  A job of that id elsewhere (purged
+        # and enqueued again on another queue) has another place: not applied, read as it is.
+        if not job_id:
+            raise BadArgumentError("queue/bad-argument", "job id must be a non-empty string")
+        args = (job_id, payload, _spelled(flow_id), _spelled(meta))
+        outcome = _edit_outcome(queue, await self._script(UPDATE_PAYLOAD, queue, args))
+        if outcome is not None:
+            return outcome
+        found = await self.get_job(job_id)
+        return None if found is None else EditOutcome(job=found, applied=False, was=found.state)
+
+    async def rerun(self, job_id: str, *, now: float) -> EditOutcome | None:
+        return await self._edit(RERUN, job_id, (repr(now),))
 
     async def dlq_size(self, queue: str) -> int:
         keys, _ = self._keys(queue)

@@ -24,7 +24,10 @@ The Lua lives in files of this package, ``lua/<name>.lua``, each opening with it
 and assembles them: a per-queue script is ``lua/queue_prelude.lua`` (keys and shared helpers)
 then its own file; ``lease`` and ``lease_after_wait`` share ``lua/lease_due.lua`` between the
 two, ``enqueue_unique`` runs its own file then ``enqueue``'s, and ``enqueue_absent`` its own
-file, then ``enqueue``'s as a function it calls.
+file, then ``enqueue``'s as a function it calls.  The job edits (``promote``, ``change_delay``,
+``change_priority``, ``update_payload``, ``rerun``) share ``lua/job_edit.lua`` (the job's
+lookup and the reply), and ``rerun`` and ``dlq_retry`` share ``lua/revive.lua`` (a finished job
+back to pending).
 """
 
 from __future__ import annotations
@@ -41,10 +44,13 @@ from blamequeue.abc import UNIQUE_HOLDING_STATES
 
 __all__ = [
     "CANCEL",
+    "CHANGE_DELAY",
+    "CHANGE_PRIORITY",
     "COUNTS",
     "DLQ_LIST",
     "DLQ_PURGE",
     "PRUNE",
+    "PROMOTE",
     "DLQ_RETRY",
     "ENQUEUE",
     "ENQUEUE_ABSENT",
@@ -58,11 +64,13 @@ __all__ = [
     "LIST_JOBS",
     "NEXT_DUE",
     "PURGE",
+    "RERUN",
     "ROW_FIELDS",
     "SCRIPTS",
     "SETTLE",
     "SIZE",
     "SWEEP",
+    "UPDATE_PAYLOAD",
     "WAIT_MARK",
     "WAKE_TOKENS",
     "WORKER_BEAT",
@@ -144,6 +152,8 @@ def _script(name: str, body: str) -> Script:
 # Each script's KEYS, ARGV and reply are documented at the top of its file, lua/<name>.lua.
 _ENQUEUE: Final = read_lua("enqueue", ENQUEUE_WIDTH=ENQUEUE_WIDTH)
 _LEASE_DUE: Final = read_lua("lease_due")
+_JOB_EDIT: Final = read_lua("job_edit")
+_REVIVE: Final = read_lua("revive")
 
 ENQUEUE: Final = _script("enqueue", _ENQUEUE)
 ENQUEUE_UNIQUE: Final = _script(
@@ -176,13 +186,18 @@ SIZE: Final = _script("size", read_lua("size"))
 NEXT_DUE: Final = _script("next_due", read_lua("next_due"))
 PURGE: Final = _script("purge", read_lua("purge"))
 DLQ_LIST: Final = _script("dlq_list", read_lua("dlq_list"))
-DLQ_RETRY: Final = _script("dlq_retry", read_lua("dlq_retry"))
+DLQ_RETRY: Final = _script("dlq_retry", _REVIVE + read_lua("dlq_retry"))
 DLQ_PURGE: Final = _script("dlq_purge", read_lua("dlq_purge"))
 FLOW_JOBS: Final = _script("flow_jobs", read_lua("flow_jobs"))
 GET_JOB: Final = _script("get_job", read_lua("get_job"))
 LIST_JOBS: Final = _script("list_jobs", read_lua("list_jobs"))
 COUNTS: Final = _script("counts", read_lua("counts"))
 CANCEL: Final = _script("cancel", read_lua("cancel"))
+PROMOTE: Final = _script("promote", _JOB_EDIT + read_lua("promote"))
+CHANGE_DELAY: Final = _script("change_delay", _JOB_EDIT + read_lua("change_delay"))
+CHANGE_PRIORITY: Final = _script("change_priority", _JOB_EDIT + read_lua("change_priority"))
+UPDATE_PAYLOAD: Final = _script("update_payload", _JOB_EDIT + read_lua("update_payload"))
+RERUN: Final = _script("rerun", _JOB_EDIT + _REVIVE + read_lua("rerun"))
 
 # The worker registry's scripts are not per-queue: no prelude.
 WORKER_BEAT: Final = Script("worker_beat", read_lua("worker_beat"))
@@ -214,4 +229,9 @@ SCRIPTS: Final = (
     WORKER_LIST,
     ENQUEUE_UNIQUE,
     ENQUEUE_ABSENT,
+    PROMOTE,
+    CHANGE_DELAY,
+    CHANGE_PRIORITY,
+    UPDATE_PAYLOAD,
+    RERUN,
 )

@@ -430,6 +430,18 @@ class _Store:
                 queues.add(child.queue)
         return queues
 
+    def wait_again(self, row: _Row) -> None:
+        """``row``, ``done``, runs again: the jobs of its flow still parked behind it wait for
+        it again (settle dropped its ``dependants`` entry when it was done)."""
+        assert row.flow_id is not None
+        waiting = [
+            member
+            for member in self.flows.get(row.flow_id, {}).values()
+            if member.state == "parked" and row.id in member.depends_on
+        ]
+        if waiting:
+            self.dependants[row.id] = waiting
+
     def fell(self, row: _Row, at: float) -> set[str]:
         """``row`` just became ``dead`` or ``cancelled`` at ``at``: the jobs parked behind it
         follow their ``on_dependency_failure`` (``"fail"``: dead too, and their own dependants
@@ -1023,6 +1035,8 @@ class MemoryBackend(
 
     async def rerun(self, job_id: str, *, now: float) -> EditOutcome | None:
         def apply(row: _Row) -> bool:
+            if row.state == "done" and row.flow_id is not None:
+                self._store.wait_again(row)
             row.unique_key = row.unique_until = None  # back without its unique key
             row.attempts = 0
             row.available_at = now

@@ -14,8 +14,7 @@ local f = redis.call('HMGET', key, unpack(ROW))
 if not f[1] then return '' end
 local was = f[1]
 if was == 'pending' then
-  redis.call('ZREM', K_DELAYED, id)
-  redis.call('ZREM', K_READY, hextime(f[7]) .. string.format('%016x', tonumber(f[15])) .. id)
+  unpend(id, f[7], f[15])
 elseif was == 'inflight' then
   redis.call('ZREM', K_INFLIGHT, id)
 elseif was == 'parked' then

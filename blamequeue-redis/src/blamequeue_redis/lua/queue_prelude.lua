@@ -111,6 +111,13 @@ local function pend(id, avail, prio, seq, now)
   return 0
 end
 
+-- Take a pending job (due or delayed) out of `ready` and `delayed`, where pend() filed it:
+-- `avail`, `seq` as its hash holds them.  Its entry in `st:pending` stays (callers move it).
+local function unpend(id, avail, seq)
+  redis.call('ZREM', K_DELAYED, id)
+  redis.call('ZREM', K_READY, hextime(avail) .. string.format('%016x', tonumber(seq)) .. id)
+end
+
 local function flush()
   if #ready_adds > 0 then
     bulk('ZADD', K_READY, ready_adds)

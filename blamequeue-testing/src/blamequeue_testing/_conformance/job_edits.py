@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from blamequeue import Job, JobContext, Queue
+from blamequeue import FlowChild, Job, JobContext, Queue
 
 from .fixtures import BACKEND, Conformance, wait_for
 from .flows import fetch_then_parse
@@ -332,6 +332,41 @@ class TestJobEdits:
         await wait_for(starts.event, "the rerun job to start without the clock moving")
         await stop(consumer)
         assert starts.started == [("revived", now)]
+
+    async def test_a_rerun_flow_job_holds_its_parked_dependants_until_it_is_done_again(
+        self, conformance: Conformance
+    ) -> None:
+        conformance.require("flows", "parked flow children need flows")
+        conformance.require_retained_done_jobs()
+        conformance.require_virtual_time("the rerun job comes due after the other dependency")
+        q, name = conformance.queue, conformance.name
+        children = [
+            FlowChild(name="a", payload="a"),
+            FlowChild(name="b", payload="b"),
+            FlowChild(name="c", payload="c", depends_on=["a", "b"]),
+        ]
+        a, _, c = (job.job_id for job in (await q.enqueue_flow(name, children)).jobs)
+        assert await lease_order(conformance, max=1) == ["a"]
+        conformance.advance(1)
+        assert await q.rerun(a) is True
+        assert await lease_order(conformance, max=1) == ["b"]
+        assert await _state(conformance, c) == "parked"  # "a" is not done (again) yet
+        assert await lease_order(conformance, max=1) == ["a"]
+        assert await lease_order(conformance) == ["c"]
+
+    async def test_a_rerun_job_comes_back_without_its_unique_key(
+        self, conformance: Conformance
+    ) -> None:
+        conformance.require("unique", "the job was enqueued with a unique key")
+        conformance.require("cancel", "the finished job is a cancelled one")
+        q, name = conformance.queue, conformance.name
+        first = await q.enqueue(name, "first", unique_key="order-7")
+        assert await q.cancel(first) is True
+        assert await q.rerun(first) is True
+        second = await q.enqueue(name, "second", unique_key="order-7")
+        assert second != first
+        assert await q.enqueue(name, "third", unique_key="order-7") == second
+        assert sorted(await lease_order(conformance)) == ["first", "second"]
 
     async def test_rerun_of_a_pending_or_parked_job_returns_false(
         self, conformance: Conformance
