@@ -22,6 +22,7 @@ from . import (
     _dashboard,
     _demo,
     _dlq,
+    _edits,
     _health,
     _inspect,
     _keygen,
@@ -103,6 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     _worker.add_parser(subparsers)
     _ops.add_parser(subparsers)
     _cancel.add_parser(subparsers)
+    _edits.add_parser(subparsers)
     _inspect.add_parser(subparsers)
     _health.add_parser(subparsers)
     _pause.add_parser(subparsers)
