@@ -22,9 +22,11 @@ from . import (
     _dashboard,
     _demo,
     _dlq,
+    _edits,
     _health,
     _inspect,
     _keygen,
+    _logs,
     _ops,
     _pause,
     _result,
@@ -63,6 +65,8 @@ examples:
       see what the queues hold (every read command takes --json)
   blamequeue dlq retry JOB_ID
       put a dead job back to pending
+  blamequeue promote JOB_ID; blamequeue rerun JOB_ID; blamequeue logs JOB_ID
+      make a delayed job due now; run a finished job again; print what its handler logged
 
 configuration:
   BLAMEQUEUE_PROTOCOL      local (default) | redis | sqs | memory
@@ -74,10 +78,13 @@ configuration:
 
 exit codes:
   0    success (including a worker stopped gracefully by SIGINT/SIGTERM)
-  1    runtime error: printed as "error: [code] message" on stderr
+  1    runtime error: printed as "error: [code] message" on stderr; also `cancel`,
+       `promote`, `change-delay`, `change-priority`, `update-payload` and `rerun` of a job
+       in a state they do not apply to (nothing changed)
   2    usage or configuration error: bad option or argument, handler not importable,
        invalid config or config file, unknown --backend, purge without --yes off a terminal
-  3    not found: `job` or `dlq retry` of an id no backend holds
+  3    not found: a job id the backend does not hold (`job`, `logs`, `dlq retry`, `cancel`,
+       `promote`, `rerun`, ...)
   130  interrupted (Ctrl-C outside a worker's graceful shutdown)
 
 `blamequeue COMMAND --help` shows each command's options and examples.
@@ -103,7 +110,9 @@ def build_parser() -> argparse.ArgumentParser:
     _worker.add_parser(subparsers)
     _ops.add_parser(subparsers)
     _cancel.add_parser(subparsers)
+    _edits.add_parser(subparsers)
     _inspect.add_parser(subparsers)
+    _logs.add_parser(subparsers)
     _health.add_parser(subparsers)
     _pause.add_parser(subparsers)
     _dashboard.add_parser(subparsers)

@@ -37,6 +37,7 @@ from ._output import (
     print_table,
     queue_document,
     show_payload,
+    show_progress,
     timestamp,
     wide,
     worker_document,
@@ -83,10 +84,11 @@ examples:
 
 
 _JOB_MANUAL = """\
-show one job: its state, payload, attempts and last error
+show one job: its state, payload, attempts, progress and last error
 
 Show the job JOB_ID wherever it is (pending, inflight, parked, done while retained,
-or dead).  Exit code 3 when no backend holds it.
+or dead), with the last progress its handler reported.  Exit code 3 when no backend
+holds it; `blamequeue logs JOB_ID` prints its log.
 
 examples:
   blamequeue job job-01J0ZK5V3G9YB6R2W8X4T1QH7C
@@ -297,6 +299,7 @@ def _job(args: argparse.Namespace) -> int:
                 "classification": job.classification or "-",
                 "flow_id": job.flow_id or "-",
                 "depends_on": ", ".join(info.depends_on) or "-",
+                "progress": show_progress(info.progress),
                 "payload": payload,
                 "last_error": job.last_error or "-",
             },

@@ -27,18 +27,12 @@ from ._running import (
     positive_int,
     positive_seconds,
     say,
+    whole_number,
 )
 from ._terminal import Terminal
 from ._worker import add_handler_options, load_handler
 
-__all__ = ["add_parser", "add_purge_options", "confirm"]
-
-
-def _int(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+__all__ = ["add_parser", "add_purge_options", "confirm", "read_payload"]
 
 
 _ENQUEUE_MANUAL = """\
@@ -53,6 +47,8 @@ examples:
   echo '{"report": 7}' | blamequeue enqueue reports - --max-attempts 3
   blamequeue enqueue emails '{}' --json        # {"job_id": ..., "queue": ...}
   blamequeue enqueue digest '{}' --unique-key daily --unique-for 3600
+  blamequeue enqueue orders '{"order": 42}' --job-id order-42   # again: stores nothing
+  blamequeue enqueue emails '{"to": "ada@example.com"}' --lifo   # ahead of its priority
 """
 
 
@@ -94,6 +90,11 @@ def add_parser(subparsers: Subparsers) -> None:
         help="the job's payload as JSON, or - to read it from stdin (default: null)",
     )
     _add_options(enqueue, _ENQUEUE_OPTIONS)
+    enqueue.add_argument(
+        "--lifo",
+        action="store_true",
+        help="ahead of every due job of the same priority already waiting (last in, first out)",
+    )
     add_json_option(enqueue)
     add_queue_options(enqueue)
 
@@ -115,7 +116,7 @@ def add_parser(subparsers: Subparsers) -> None:
 _Options: TypeAlias = list[tuple[str, Callable[[str], Any], Any, str, str]]
 #: ``enqueue``'s options that are ``Queue.enqueue``'s keyword arguments of the same names.
 _ENQUEUE_OPTIONS: _Options = [
-    ("--priority", _int, 0, "N", "higher runs first (default: 0)"),
+    ("--priority", whole_number, 0, "N", "higher runs first (default: 0)"),
     ("--delay", non_negative_seconds, 0.0, "S", "seconds before a worker may take it (default: 0)"),
     (
         "--max-attempts",
@@ -146,6 +147,14 @@ _ENQUEUE_OPTIONS: _Options = [
         None,
         "S",
         "hold --unique-key at most S seconds (default: while the job is live)",
+    ),
+    (
+        "--job-id",
+        str,
+        None,
+        "ID",
+        "the job's id, chosen by you (1 to 128 of letters, digits and -_.:@); when the backend "
+        "already holds a job with that id, nothing is stored and its id is printed",
     ),
 ]
 #: ``tick``'s options that are ``Queue.tick``'s keyword arguments of the same names.
@@ -214,7 +223,8 @@ async def confirm(args: argparse.Namespace, question: str) -> bool:
 
 
 # -- commands -----------------------------------------------------------------------------------
-def _payload(text: str | None) -> Any:
+def read_payload(text: str | None) -> Any:
+    """PAYLOAD_JSON as given (``-``: read from stdin; None: the payload null), parsed."""
     if text is None:
         return None
     source = "PAYLOAD_JSON"
@@ -248,12 +258,16 @@ def _once_each(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def _enqueue(args: argparse.Namespace) -> int:
-    payload = _payload(args.payload)
+    payload = read_payload(args.payload)
 
     async def body(queue: Queue) -> int:
         backend = args.backend or queue.default_backend
         job_id = await queue.enqueue(
-            args.queue, payload, backend=backend, **_keywords(args, _ENQUEUE_OPTIONS)
+            args.queue,
+            payload,
+            backend=backend,
+            lifo=args.lifo,
+            **_keywords(args, _ENQUEUE_OPTIONS),
         )
         if args.json:
             print_json({"job_id": job_id, "queue": args.queue, "backend": backend})

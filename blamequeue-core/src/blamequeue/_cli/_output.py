@@ -12,7 +12,7 @@ from typing import Any
 
 import attrs
 
-from blamequeue import DeadLetter, JobInfo, QueueInfo, WorkerInfo
+from blamequeue import DeadLetter, JobInfo, JobProgress, QueueInfo, WorkerInfo
 
 from ._terminal import Terminal, format_table
 
@@ -29,6 +29,7 @@ __all__ = [
     "print_table",
     "queue_document",
     "show_payload",
+    "show_progress",
     "timestamp",
     "wide",
     "worker_document",
@@ -150,7 +151,18 @@ def job_document(info: JobInfo) -> dict[str, Any]:
         "last_error": job.last_error,
         "flow_id": job.flow_id,
         "depends_on": list(info.depends_on),
+        "progress": None
+        if info.progress is None
+        else fields_of(info.progress, ("percent", "data", "time")),
     }
+
+
+def show_progress(progress: JobProgress | None) -> str:
+    """``40% {"step": "upload"} (2025-06-11 14:03:22Z)``, or ``-`` when none was reported."""
+    if progress is None:
+        return "-"
+    data = "" if progress.data is None else f" {show_payload(progress.data)}"
+    return f"{progress.percent:g}%{data} ({timestamp(progress.time)})"
 
 
 def dead_letter_document(letter: DeadLetter, backend: str) -> dict[str, Any]:

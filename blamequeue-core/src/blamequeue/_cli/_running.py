@@ -36,6 +36,7 @@ __all__ = [
     "run_on_loop",
     "say",
     "stopped_by_signals",
+    "whole_number",
 ]
 
 EXIT_OK = 0
@@ -160,6 +161,14 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
     return value
+
+
+def whole_number(text: str) -> int:
+    """argparse type: an integer (negative ones too)."""
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
 
 
 def _seconds(text: str) -> float:
