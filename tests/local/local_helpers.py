@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import itertools
+import sqlite3
+from pathlib import Path
 from typing import Any
 
 from blamequeue._clock import SystemClock
@@ -60,3 +62,13 @@ async def row_of(
     assert store is not None
     row = await store.execute_one(f'SELECT {COLUMNS} FROM "{table}" WHERE id = ?', (job_id,))
     return None if row is None else stored_job(row)
+
+
+def names_in(path: Path, schema: str = "main") -> set[str]:
+    """The names of the tables, indexes and triggers in ``schema`` of the database at ``path``."""
+    reader = sqlite3.connect(path)
+    try:
+        rows = reader.execute(f'SELECT name FROM "{schema}".sqlite_master').fetchall()
+    finally:
+        reader.close()
+    return {name for (name,) in rows}

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from local_helpers import T0, make_backend, new_job
+from local_helpers import T0, make_backend, names_in, new_job
 
 from blamequeue.abc import WorkerRecord
 from blamequeue_local import LocalBackend, connect
@@ -39,15 +39,6 @@ def worker(
         succeeded=7,
         failed=1,
     )
-
-
-def names_in(path: Path, schema: str = "main") -> set[str]:
-    reader = sqlite3.connect(path)
-    try:
-        rows = reader.execute(f'SELECT name FROM "{schema}".sqlite_master').fetchall()
-    finally:
-        reader.close()
-    return {name for (name,) in rows}
 
 
 async def test_a_page_is_an_index_range_walk(tmp_path: Path) -> None:

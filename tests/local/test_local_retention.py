@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from local_helpers import make_backend
+from local_helpers import make_backend, names_in
 
 from blamequeue.abc import Retention
 from blamequeue_local import LocalBackend
@@ -22,17 +22,6 @@ async def plan(backend: LocalBackend, sql: str, params: tuple[object, ...]) -> s
     assert store is not None
     rows = await store.execute_all("EXPLAIN QUERY PLAN " + sql, params)
     return " | ".join(str(row[3]) for row in rows)
-
-
-def index_names(path: Path) -> set[str]:
-    import sqlite3
-
-    reader = sqlite3.connect(path)
-    try:
-        rows = reader.execute("SELECT name FROM sqlite_master WHERE type = 'index'").fetchall()
-    finally:
-        reader.close()
-    return {name for (name,) in rows}
 
 
 async def test_dead_job_limits_walk_the_dead_letter_index(tmp_path: Path) -> None:
@@ -60,9 +49,9 @@ async def test_the_finished_index_is_made_when_retain_done_count_is_first_used(
     await backend.open()
     try:
         await backend.prune_finished(now=T0, retention=Retention(dead=60, dead_count=5))
-        assert "blamequeue_jobs_finished_idx" not in index_names(path)
+        assert "blamequeue_jobs_finished_idx" not in names_in(path)
         await backend.prune_finished(now=T0, retention=Retention(done_count=5))
-        assert "blamequeue_jobs_finished_idx" in index_names(path)
+        assert "blamequeue_jobs_finished_idx" in names_in(path)
         sql = backend._sql
         for statement, params in ((sql.finished_queues, ()), (sql.trim_finished, ("q", 10))):
             detail = await plan(backend, statement, params)
