@@ -40,6 +40,7 @@ from blamequeue.abc import (
     JobWatch,
     Lease,
     LeaseLimits,
+    Lifo,
     NewJob,
     NextDue,
     OverlappedLease,
@@ -222,6 +223,7 @@ _SHARED_FIELDS = operator.attrgetter(
     "trace_id",
     "meta",
     "group_key",
+    "lifo",
 )
 
 
@@ -263,6 +265,7 @@ def _enqueue_row(job: NewJob, optional: Sequence[str], spelled: dict[float, str]
         job.flow_id or "",
         " ".join(job.depends_on),
         fields or 0,
+        job.lifo,
     ]
 
 
@@ -280,6 +283,7 @@ class RedisBackend(
     GroupLimits,
     JobEvents,
     JobIds,
+    Lifo,
     NextDue,
     OverlappedLease,
     RateLimits,

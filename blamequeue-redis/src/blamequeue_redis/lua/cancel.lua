@@ -15,7 +15,7 @@ if not f[1] then return '' end
 local was = f[1]
 if was == 'pending' then
   redis.call('ZREM', K_DELAYED, id)
-  redis.call('ZREM', K_READY, hextime(f[7]) .. string.format('%016x', tonumber(f[15])) .. id)
+  redis.call('ZREM', K_READY, ready_member(id, f[7], f[15], f[18]))
 elseif was == 'inflight' then
   redis.call('ZREM', K_INFLIGHT, id)
 elseif was == 'parked' then

@@ -15,7 +15,7 @@ redis.call('HSET', key, 'state', 'pending', 'attempts', '0', 'available_at', now
 move(id, f[15], 'dead', 'pending')
 release_unique(id, redis.call('HGET', key, 'unique_key'))  -- back without its unique key
 redis.call('HDEL', key, 'finished_at', 'unique_key', 'unique_until')
-local woken = pend(id, now, f[3], f[15], now)
+local woken = pend(id, now, f[3], f[15], now, f[18])
 flush()
 signal(woken)
 return before
