@@ -74,7 +74,7 @@ async def test_custom_table_in_schema_main(tmp_path: Path) -> None:
         await roundtrip(backend)
     finally:
         await backend.close()
-    assert {"app_jobs", "app_jobs_lease_idx", "app_jobs_dlq_idx"} <= tables_in(path)
+    assert {"app_jobs", "app_jobs_lease_order_idx", "app_jobs_dlq_idx"} <= tables_in(path)
     assert "blamequeue_jobs" not in tables_in(path)
 
 

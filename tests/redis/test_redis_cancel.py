@@ -28,11 +28,13 @@ async def test_cancel_removes_the_job_from_every_pending_index(
     async with Queue(backends={"r": config(redis_url)}, sweep_interval=0) as queue:
         due = await queue.enqueue("idx", "due")
         later = await queue.enqueue("idx", "later", delay=60)
+        lifo = await queue.enqueue("idx", "lifo", lifo=True)
         assert await queue.cancel(due) is True
         assert await queue.cancel(later) is True
+        assert await queue.cancel(lifo) is True
         # An emptied zset is deleted: no ready or delayed entry is left for the lease to skip.
         keys = set(redis_client.keys("*{idx}*"))
         assert not [key for key in keys if key.endswith((":ready", ":delayed"))]
         assert await queue.size("idx") == 0
         [counts] = await queue.queues()
-        assert (counts.cancelled, counts.pending) == (2, 0)
+        assert (counts.cancelled, counts.pending) == (3, 0)

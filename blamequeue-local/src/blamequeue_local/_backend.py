@@ -42,6 +42,7 @@ from blamequeue.abc import (
     JobWatch,
     Lease,
     LeaseLimits,
+    Lifo,
     NewJob,
     NextDue,
     QueueStats,
@@ -116,11 +117,12 @@ def _depends_on(job: NewJob) -> str | None:
 
 
 def _bound_values(job: NewJob) -> tuple[Any, ...]:
-    """The parameters of one job in :meth:`Statements.enqueue_values` (``ENQUEUE_COLUMNS``)."""
+    """The parameters of one job in :meth:`Statements.enqueue_values` (``ENQUEUE_COLUMNS``;
+    the third is the job's entry: parked or pending, plus 2 when lifo)."""
     return (
         job.id,
         job.queue,
-        "parked" if job.parked else "pending",
+        (1 if job.parked else 0) + (2 if job.lifo else 0),
         job.payload,
         job.priority,
         job.max_attempts,
@@ -171,8 +173,12 @@ def stored_job(row: Row) -> StoredJob:
     )
 
 
-def _lease_order(row: Row) -> tuple[int, float, int]:
-    return (-int(row[4]), float(row[8]), int(row[15]))
+def _lease_order(row: Row) -> tuple[int, int, float, int]:
+    """``LEASE_ORDER`` of a row of ``COLUMNS``: priority, then the lifo lane (latest due, then
+    latest enqueued, first), then the others (earliest due, then earliest enqueued)."""
+    lifo = bool(row[19])
+    sign = -1 if lifo else 1
+    return (-int(row[4]), -int(lifo), sign * float(row[8]), sign * int(row[15]))
 
 
 def _leases(rows: list[Row], token: str, expires_at: float) -> list[Lease]:
@@ -190,6 +196,7 @@ class LocalBackend(
     JobEdits,
     JobEvents,
     JobIds,
+    Lifo,
     NextDue,
     RateLimits,
     Records,

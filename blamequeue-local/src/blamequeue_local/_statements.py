@@ -25,7 +25,9 @@ __all__ = [
     "ENQUEUE_COLUMNS",
     "ENQUEUE_PARAMETERS",
     "ENQUEUE_VALUES_MAX",
+    "LEASE_ORDER",
     "MAX_PARAMETERS",
+    "REPLACED_INDEXES",
     "REPLACED_TRIGGERS",
     "Statements",
     "WORKER_COLUMNS",
@@ -35,7 +37,7 @@ __all__ = [
 COLUMNS: Final = (
     "id, queue, state, payload, priority, attempts, max_attempts, created_at, available_at, "
     "classification, trace_id, last_error, meta, flow_id, finished_at, seq, depends_on, "
-    "group_key, result"
+    "group_key, result, lifo"
 )
 
 #: The columns of the worker registry, in the order of :class:`blamequeue.abc.WorkerRecord`.
@@ -43,10 +45,13 @@ WORKER_COLUMNS: Final = (
     "id, queue, host, pid, concurrency, started_at, heartbeat_at, in_flight, succeeded, failed"
 )
 
-#: The columns :meth:`Statements.enqueue_values` binds, in order.
+#: The columns an enqueue stores, in order.  :meth:`Statements.enqueue_values` binds one
+#: parameter per column but for the last: the third parameter, the job's *entry*, stands for
+#: both ``state`` and ``lifo`` (see :func:`_entry_values`), so a job still takes 15
+#: parameters and the largest batch of bound values stays within SQLite's limit.
 ENQUEUE_COLUMNS: Final = (
     "id, queue, state, payload, priority, max_attempts, created_at, available_at, "
-    "classification, trace_id, meta, flow_id, depends_on, group_key, flow_rule"
+    "classification, trace_id, meta, flow_id, depends_on, group_key, flow_rule, lifo"
 )
 
 #: SQLite's default limit on bound parameters per statement (since 3.32).
@@ -68,11 +73,44 @@ ADDED_COLUMNS: Final = {
     "unique_until": "REAL",
     "result": "TEXT",
     "flow_rule": "TEXT",
+    "lifo": "INTEGER NOT NULL DEFAULT 0",
 }
 
 #: Triggers of earlier versions that a newer one under another name replaces: dropped when
 #: the backend opens the table.
 REPLACED_TRIGGERS: Final = ("flow_release",)
+
+#: Indexes of earlier versions that a newer one under another name replaces: dropped when the
+#: backend opens the table (``lease_idx`` knew no lifo lane; ``lease_order_idx`` replaces it).
+REPLACED_INDEXES: Final = ("lease_idx",)
+
+# The leasing order within a priority (SPEC §15, blamequeue.abc.Lifo): the lifo jobs first
+# (``lifo DESC``), the one due latest first and, among those due at once, the one enqueued
+# latest; then the others, the one due earliest first and then the one enqueued earliest.
+# One ascending key does both lanes: a lifo job's time and seq are negated, which is exact
+# in a double and in an integer.  The lease index is on these very expressions, so the
+# lease's ORDER BY (spelt the same) is an index walk, with no sort.
+_LANE_AT: Final = "(CASE WHEN lifo THEN -available_at ELSE available_at END)"
+_LANE_SEQ: Final = "(CASE WHEN lifo THEN -seq ELSE seq END)"
+
+#: The ORDER BY of every lease (and of the lease index, after ``queue, state``).
+LEASE_ORDER: Final = f"priority DESC, lifo DESC, {_LANE_AT}, {_LANE_SEQ}"
+
+
+# Due (available_at <= ?now) in terms of the indexed key, so the lease reads it from the
+# index entry rather than the row: negating the key back is exact.
+def _due(now: str) -> str:
+    return f"(CASE WHEN lifo THEN -{_LANE_AT} ELSE {_LANE_AT} END) <= {now}"
+
+
+def _entry_values(value: list[str]) -> str:
+    """The SELECT list storing ``ENQUEUE_COLUMNS`` from the 15 enqueue values of one job
+    (SQL expressions, in order): the third, the job's entry, is 0 (pending), 1 (parked), 2
+    (pending, lifo) or 3 (parked, lifo), and gives the ``state`` and the ``lifo`` columns."""
+    entry = value[2]
+    state = f"CASE WHEN {entry} & 1 THEN 'parked' ELSE 'pending' END"
+    return ", ".join([*value[:2], state, *value[3:], f"{entry} >> 1"])
+
 
 #: Seconds a progress event stays in the events table (only to reach current subscribers).
 EVENTS_KEPT: Final = 10.0
@@ -131,16 +169,19 @@ class Statements:
                 unique_key TEXT,
                 unique_until REAL,
                 result TEXT,
-                flow_rule TEXT
+                flow_rule TEXT,
+                lifo INTEGER NOT NULL DEFAULT 0
             )"""
-        # The lease index's columns follow the lease ORDER BY, so taking the next N jobs is
-        # an index range walk whatever the backlog; it also serves size() and purge().  The
-        # other three are partial: they hold only the rows their query reads, so enqueueing
-        # and leasing pending jobs never touches them.
+        # The lease index's columns follow the lease ORDER BY (LEASE_ORDER), so taking the
+        # next N jobs is an index range walk, with no sort, whatever the backlog (the entries
+        # of jobs not yet due ahead of the due ones of their priority are stepped over: those
+        # of higher priorities, and the delayed lifo jobs of the same one); it also serves
+        # size(), purge() and next_due().  The other three are partial: they hold only the
+        # rows their query reads, so enqueueing and leasing pending jobs never touches them.
         self.schema: tuple[str, ...] = (
             create_table,
-            f'CREATE INDEX IF NOT EXISTS {prefix}"{table}_lease_idx" '
-            f'ON "{table}" (queue, state, priority DESC, available_at, seq)',
+            f'CREATE INDEX IF NOT EXISTS {prefix}"{table}_lease_order_idx" '
+            f'ON "{table}" (queue, state, {LEASE_ORDER})',
             f'CREATE INDEX IF NOT EXISTS {prefix}"{table}_sweep_idx" '
             f"ON \"{table}\" (lease_expires_at) WHERE state = 'inflight'",
             f'CREATE INDEX IF NOT EXISTS {prefix}"{table}_retention_idx" '
@@ -266,16 +307,14 @@ class Statements:
         self.table_info = f'PRAGMA {prefix}table_info("{table}")'
         self.drop_replaced = tuple(
             f'DROP TRIGGER IF EXISTS {prefix}"{table}_{name}"' for name in REPLACED_TRIGGERS
-        )
+        ) + tuple(f'DROP INDEX IF EXISTS {prefix}"{table}_{name}"' for name in REPLACED_INDEXES)
 
         # For batches beyond ENQUEUE_VALUES_MAX jobs: one JSON array per job, of the values of
         # ENQUEUE_COLUMNS in order (what enqueue_values binds for it; depends_on is JSON text or
         # null).  ORDER BY key keeps the batch order, which becomes seq order.
         self.enqueue = f"""
             INSERT INTO {t} ({ENQUEUE_COLUMNS})
-            SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3, value ->> 4, value ->> 5,
-                   value ->> 6, value ->> 7, value ->> 8, value ->> 9, value ->> 10, value ->> 11,
-                   value ->> 12, value ->> 13, value ->> 14
+            SELECT {_entry_values([f"value ->> {n}" for n in range(ENQUEUE_PARAMETERS)])}
             FROM json_each(?1) ORDER BY key"""
 
         self.limits_schema = (
@@ -332,19 +371,19 @@ class Statements:
                       AND group_key IS NOT NULL
                     GROUP BY group_key),
                 cand AS (
-                    SELECT seq, group_key, priority, available_at FROM {t}
-                    WHERE queue = ?3 AND state = 'pending' AND available_at <= ?4
+                    SELECT seq, group_key, priority, lifo, available_at FROM {t}
+                    WHERE queue = ?3 AND state = 'pending' AND {_due("?4")}
                       AND (group_key IS NULL OR ?6 IS NULL
                            OR group_key NOT IN (SELECT group_key FROM busy WHERE n >= ?6))
-                    ORDER BY priority DESC, available_at, seq
+                    ORDER BY {LEASE_ORDER}
                     LIMIT 4 * ?5),
                 ranked AS (
-                    SELECT seq, group_key, priority, available_at, row_number() OVER (
-                        PARTITION BY group_key ORDER BY priority DESC, available_at, seq) AS rn
+                    SELECT seq, group_key, priority, lifo, available_at, row_number() OVER (
+                        PARTITION BY group_key ORDER BY {LEASE_ORDER}) AS rn
                     FROM cand)
                 SELECT r.seq FROM ranked AS r LEFT JOIN busy AS b ON b.group_key = r.group_key
                 WHERE r.group_key IS NULL OR ?6 IS NULL OR r.rn + coalesce(b.n, 0) <= ?6
-                ORDER BY r.priority DESC, r.available_at, r.seq
+                ORDER BY {LEASE_ORDER}
                 LIMIT max(0, min(?5, CASE WHEN ?7 IS NULL THEN ?5 ELSE coalesce(
                     (SELECT CAST(tokens + 1e-9 AS INTEGER) FROM {prefix}"{table}_buckets"
                      WHERE queue = ?3), 0) END)))
@@ -358,7 +397,7 @@ class Statements:
         n = ENQUEUE_PARAMETERS
         self.enqueue_unique = f"""
             INSERT INTO {t} ({ENQUEUE_COLUMNS}, unique_key, unique_until)
-            SELECT {", ".join(f"?{i}" for i in range(1, n + 1))}, ?{n + 1}, ?{n + 2}
+            SELECT {_entry_values([f"?{i}" for i in range(1, n + 1)])}, ?{n + 1}, ?{n + 2}
             WHERE NOT EXISTS (SELECT 1 FROM {t} WHERE {_holds(n + 3, n + 1, n + 4)})
             RETURNING id"""
         # Params: queue, unique_key, now.  The key's holder, when the insert found one (the
@@ -374,8 +413,8 @@ class Statements:
                 lease_token = ?1, lease_expires_at = ?2
             WHERE seq IN (
                 SELECT seq FROM {t}
-                WHERE queue = ?3 AND state = 'pending' AND available_at <= ?4
-                ORDER BY priority DESC, available_at, seq
+                WHERE queue = ?3 AND state = 'pending' AND {_due("?4")}
+                ORDER BY {LEASE_ORDER}
                 LIMIT ?5)
             RETURNING {COLUMNS}"""
 
@@ -490,17 +529,26 @@ class Statements:
         # The earliest available_at of a queue's pending jobs, in index seeks only (the lease
         # index orders by priority first, so a plain MIN would read every pending row): walk
         # the distinct priorities from the highest down, one seek each, and take the earliest
-        # job of each (one seek more).  A few priorities are in use, not thousands.
+        # job of each lane of each (two seeks more: the first entry of the plain lane, the
+        # last of the lifo lane, whose key is the negated time).  A few priorities are in
+        # use, not thousands.
+        level = "queue = ?1 AND state = 'pending' AND priority = levels.priority"
         self.next_due = f"""
             WITH RECURSIVE levels(priority) AS (
                 SELECT max(priority) FROM {t} WHERE queue = ?1 AND state = 'pending'
                 UNION ALL
                 SELECT (SELECT max(priority) FROM {t}
                         WHERE queue = ?1 AND state = 'pending' AND priority < levels.priority)
+                FROM levels WHERE levels.priority IS NOT NULL),
+            lanes(at) AS (
+                SELECT (SELECT {_LANE_AT} FROM {t} WHERE {level} AND lifo = 0
+                        ORDER BY {_LANE_AT} LIMIT 1)
+                FROM levels WHERE levels.priority IS NOT NULL
+                UNION ALL
+                SELECT (SELECT -{_LANE_AT} FROM {t} WHERE {level} AND lifo = 1
+                        ORDER BY {_LANE_AT} DESC LIMIT 1)
                 FROM levels WHERE levels.priority IS NOT NULL)
-            SELECT min((SELECT min(available_at) FROM {t}
-                        WHERE queue = ?1 AND state = 'pending' AND priority = levels.priority))
-            FROM levels WHERE levels.priority IS NOT NULL"""
+            SELECT min(at) FROM lanes"""
 
         # RETURNING one flag per deleted row: 1 for a live job, 0 for a retained done or
         # cancelled one.
@@ -647,7 +695,8 @@ class Statements:
         return self.enqueue_values(rows) + " ON CONFLICT (id) DO NOTHING RETURNING id"
 
     def enqueue_values(self, rows: int) -> str:
-        """Insert up to ``rows`` jobs bound as 15 parameters each, in ``ENQUEUE_COLUMNS`` order.
+        """Insert up to ``rows`` jobs bound as 15 parameters each, in ``ENQUEUE_COLUMNS`` order
+        (the third, the job's entry, gives both ``state`` and ``lifo``).
 
         Rows whose id is NULL are padding and skipped: the backend pads a batch to the next
         power of two, so a dozen statement texts serve every batch size from the connection's
@@ -656,7 +705,7 @@ class Statements:
         sql = self._enqueue_values.get(rows)
         if sql is None:
             values = ",".join(["(" + ",".join("?" * ENQUEUE_PARAMETERS) + ")"] * rows)
-            columns = ", ".join(f"column{n}" for n in range(1, ENQUEUE_PARAMETERS + 1))
+            columns = _entry_values([f"column{n}" for n in range(1, ENQUEUE_PARAMETERS + 1)])
             sql = self._enqueue_values[rows] = (
                 f"INSERT INTO {self.table} ({ENQUEUE_COLUMNS}) "
                 f"SELECT {columns} FROM (VALUES {values}) WHERE column1 IS NOT NULL"

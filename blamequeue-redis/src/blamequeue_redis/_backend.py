@@ -42,6 +42,7 @@ from blamequeue.abc import (
     JobWatch,
     Lease,
     LeaseLimits,
+    Lifo,
     NewJob,
     NextDue,
     OverlappedLease,
@@ -248,6 +249,7 @@ _SHARED_FIELDS = operator.attrgetter(
     "trace_id",
     "meta",
     "group_key",
+    "lifo",
 )
 
 
@@ -289,6 +291,7 @@ def _enqueue_row(job: NewJob, optional: Sequence[str], spelled: dict[float, str]
         job.flow_id or "",
         " ".join(job.depends_on),
         fields or 0,
+        job.lifo,
     ]
 
 
@@ -307,6 +310,7 @@ class RedisBackend(
     JobEdits,
     JobEvents,
     JobIds,
+    Lifo,
     NextDue,
     OverlappedLease,
     RateLimits,

@@ -16,8 +16,12 @@ Leasing order (priority desc, then available_at, then enqueue order) lives in th
 zset: the score is ``-priority`` (an int32, exact in a double) and members with equal scores
 sort bytewise, so the member starts with 16 hex digits of ``available_at`` made sortable
 (the IEEE-754 bits, sign-flipped) then 16 hex digits of the queue's enqueue counter, then the
-job id.  Jobs not yet due wait in ``delayed`` (scored by ``available_at``); a lease first
-promotes the ones that came due.
+job id.  A lifo job (:class:`blamequeue.abc.Lifo`) scores ``-priority - 0.5`` (exact too),
+just ahead of the other jobs of its priority, and its member's 32 hex digits are flipped
+(each digit ``d`` becomes ``15 - d``), so among the lifo jobs of a priority the one due latest,
+then the one enqueued latest, comes first.  Jobs not yet due wait in ``delayed`` (scored by
+``available_at``); a lease first promotes the ones that came due, a lifo job back into its
+lifo band (its hash keeps ``lifo``, so its retries, releases and DLQ retries stay lifo).
 
 The Lua lives in files of this package, ``lua/<name>.lua``, each opening with its ``KEYS``,
 ``ARGV`` and reply; :func:`read_lua` reads them once, at import.  This module names the scripts
@@ -81,7 +85,7 @@ __all__ = [
 ]
 
 #: How many values a job's row takes in ENQUEUE's flat array of rows (after its id and payload).
-ENQUEUE_WIDTH: Final = 8
+ENQUEUE_WIDTH: Final = 9
 
 #: The most wake-up tokens a queue's signal list holds (each wakes one idle consumer).
 WAKE_TOKENS: Final = 16
@@ -105,6 +109,7 @@ ROW_FIELDS: Final = (
     "seq",
     "group_key",
     "result",
+    "lifo",
 )
 
 

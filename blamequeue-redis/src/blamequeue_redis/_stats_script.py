@@ -4,9 +4,11 @@
 Delayed jobs are counted in the ``delayed`` zset (score ``available_at``).  The longest-waiting
 due job is found without walking the backlog: ``ready`` is scored by ``-priority`` and, within
 one score, ordered by its members, which start with the job's ``available_at`` (16 hex digits,
-then 16 of seq, then the id), so the first member of each score is that priority's oldest; the
-script visits the first member of at most :data:`PRIORITIES_SCANNED` distinct priorities, plus
-the earliest job in ``delayed`` that came due but was not moved to ``ready`` yet.
+then 16 of seq, then the id), so the first member of each score is that priority's oldest (of
+a lifo band, scored ``-priority - 0.5`` with its members' digits flipped, the last is); the
+script visits one member of at most :data:`PRIORITIES_SCANNED` distinct scores (a priority with
+lifo jobs has two), plus the earliest job in ``delayed`` that came due but was not moved to
+``ready`` yet.
 """
 
 from __future__ import annotations

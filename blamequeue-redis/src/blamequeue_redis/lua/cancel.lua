@@ -14,7 +14,7 @@ local f = redis.call('HMGET', key, unpack(ROW))
 if not f[1] then return '' end
 local was = f[1]
 if was == 'pending' then
-  unpend(id, f[7], f[15])
+  unpend(id, f[7], f[15], f[18])
 elseif was == 'inflight' then
   redis.call('ZREM', K_INFLIGHT, id)
 elseif was == 'parked' then

@@ -8,7 +8,7 @@
 -- Returns: {applied (1/0), state before, row after (JSON)}; '' when this queue has no such job.
 
 if was ~= 'pending' then return edited(false) end
-unpend(id, f[7], f[15])
+unpend(id, f[7], f[15], f[18])
 f[7] = ARGV[3]
 repend(ARGV[4])
 return edited(true)

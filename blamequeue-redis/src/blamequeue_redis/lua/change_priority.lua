@@ -13,8 +13,7 @@ local prio = itext(tonumber(ARGV[3]))
 redis.call('HSET', key, 'priority', prio)
 if was == 'pending' then
   -- XX: only where it is filed (a delayed job is not).
-  redis.call('ZADD', K_READY, 'XX', itext(0 - tonumber(prio)),
-    hextime(f[7]) .. string.format('%016x', tonumber(f[15])) .. id)
+  redis.call('ZADD', K_READY, 'XX', ready_score(prio, f[18]), ready_member(id, f[7], f[15], f[18]))
 end
 f[3] = prio
 return edited(true)

@@ -7,7 +7,8 @@
 -- ARGV[3]: the jobs as one JSON array [ids, payloads, shared, rows]: `rows` is one flat array
 --   of ENQUEUE_WIDTH values per job (priority, created_at, available_at, max_attempts, parked
 --   (true/false), flow_id ('' = none), dependency ids (space-separated, '' = none), optional
---   [field, value, ...] (0 = none); times as decimal strings), or 0 when every job has the
+--   [field, value, ...] (0 = none), lifo (true/false); times as decimal strings), or 0 when
+--   every job has the
 --   same values, sent once as `shared`.  Flat, because cjson makes a table per array.
 -- Returns: the number of jobs, also when every job is already stored exactly as sent (the
 --   retry of a call whose reply was lost: nothing stored); an error reply `BQDUP ...` when an
@@ -62,7 +63,7 @@ local woken = 0
 for j = 1, n do
   local r, at = row_of(j)
   local id, prio, created, avail = ids[j], r[at + 1], r[at + 2], r[at + 3]
-  local flow, deps, opt = r[at + 6], r[at + 7], r[at + 8]
+  local flow, deps, opt, lifo = r[at + 6], r[at + 7], r[at + 8], r[at + 9]
   seq = seq + 1
   local seq_text = string.format('%d', seq)
   local key = keys[j]
@@ -74,6 +75,7 @@ for j = 1, n do
   index[#index + 1] = seq_text
   index[#index + 1] = id
   if opt ~= 0 then redis.call('HSET', key, unpack(opt)) end
+  if lifo then redis.call('HSET', key, 'lifo', '1') end
   if flow ~= '' then
     redis.call('HSET', key, 'flow_id', flow)
     redis.call('ZADD', base .. 'flow:' .. flow, seq_text, id)
@@ -88,7 +90,7 @@ for j = 1, n do
     parked[#parked + 1] = id
   else
     -- Due at enqueue (by the producer's clock: available_at <= created_at) or delayed.
-    woken = woken + pend(id, avail, prio, seq, created)
+    woken = woken + pend(id, avail, prio, seq, created, lifo)
   end
 end
 flush()

@@ -21,7 +21,7 @@ end
 -- for the old due time asks next_due again).
 local function repend(now)
   redis.call('HSET', key, 'available_at', f[7])
-  local woken = pend(id, f[7], f[3], f[15], now)
+  local woken = pend(id, f[7], f[3], f[15], now, f[18])
   flush()
   signal(woken)
 end

@@ -21,7 +21,7 @@ local function lease_due(now, limit, token, expires)
       if f[1] == 'pending' then
         if tonumber(f[7]) > nnow then
           -- Due by a clock ahead of ours (another process): not yet for us.
-          pend(id, f[7], f[3], f[15], now)
+          pend(id, f[7], f[3], f[15], now, f[18])
         else
           take(id, key, f, token, expires, inflight, out)
         end

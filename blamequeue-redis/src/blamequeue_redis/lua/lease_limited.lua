@@ -55,7 +55,7 @@ while #out < limit and skipped <= ${SCAN_MAX} do
       gone[#gone + 1] = m
     elseif tonumber(f[7]) > nnow then
       gone[#gone + 1] = m
-      pend(id, f[7], f[3], f[15], now)
+      pend(id, f[7], f[3], f[15], now, f[18])
     else
       local g = f[16]
       if cap and g and (busy[g] or 0) >= cap then

@@ -9,7 +9,7 @@
 
 local now = ARGV[3]
 if was ~= 'pending' or tonumber(f[7]) <= tonumber(now) then return edited(false) end
-unpend(id, f[7], f[15])
+unpend(id, f[7], f[15], f[18])
 f[7] = now
 repend(now)
 return edited(true)

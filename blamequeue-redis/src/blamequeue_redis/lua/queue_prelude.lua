@@ -8,7 +8,7 @@
 -- f[i] below indexes ROW (a job's fields as HMGET returns them): 1 state, 2 payload,
 -- 3 priority, 4 attempts, 5 max_attempts, 6 created_at, 7 available_at, 8 classification,
 -- 9 trace_id, 10 last_error, 11 meta, 12 flow_id, 13 depends_on, 14 finished_at, 15 seq,
--- 16 group_key, 17 result.
+-- 16 group_key, 17 result, 18 lifo ('1', or false for a job enqueued without lifo).
 --
 -- ${ROW_FIELDS} (quoted, comma-separated) and ${WAKE_TOKENS} are filled in at load from
 -- blamequeue_redis._scripts.
@@ -91,17 +91,35 @@ local ready_adds, delayed_adds = {}, {}
 -- Jobs this script filed as delayed (see signal()).
 local delayed_filed = 0
 
-local function make_ready(id, avail, prio, seq)
-  local n = #ready_adds
-  ready_adds[n + 1] = itext(0 - tonumber(prio))
-  ready_adds[n + 2] = hextime(avail) .. string.format('%016x', tonumber(seq)) .. id
+-- A job's place in `ready`.  Score: -priority, or -priority - 0.5 for a lifo job (exact in a
+-- double), so the lifo jobs of a priority come just before its other jobs and after those of
+-- the priority above.  Member: 16 hex digits of available_at made sortable, 16 of seq, the
+-- id; a lifo job's 32 digits are flipped (each d to 15 - d), so the latest due, then the
+-- latest enqueued, comes first.  Either way the id starts at the member's 33rd character.
+local FLIP = {}
+for d = 0, 15 do FLIP[string.format('%x', d)] = string.format('%x', 15 - d) end
+local function ready_member(id, avail, seq, lifo)
+  local key = hextime(avail) .. string.format('%016x', tonumber(seq))
+  if lifo then key = string.gsub(key, '%x', FLIP) end
+  return key .. id
+end
+local function ready_score(prio, lifo)
+  if lifo then return string.format('%.1f', -0.5 - tonumber(prio)) end
+  return itext(0 - tonumber(prio))
 end
 
--- File a pending job due at avail; 1 when it is due by now (ready), else 0 (delayed).
-local function pend(id, avail, prio, seq, now)
+local function make_ready(id, avail, prio, seq, lifo)
+  local n = #ready_adds
+  ready_adds[n + 1] = ready_score(prio, lifo)
+  ready_adds[n + 2] = ready_member(id, avail, seq, lifo)
+end
+
+-- File a pending job due at avail; 1 when it is due by now (ready), else 0 (delayed).  `lifo`:
+-- its lifo field (truthy for a lifo job), which a delayed job gets back when it comes due.
+local function pend(id, avail, prio, seq, now, lifo)
   -- The same string (due at enqueue, the common case) needs no parsing.
   if avail == now or tonumber(avail) <= tonumber(now) then
-    make_ready(id, avail, prio, seq)
+    make_ready(id, avail, prio, seq, lifo)
     return 1
   end
   local n = #delayed_adds
@@ -112,10 +130,10 @@ local function pend(id, avail, prio, seq, now)
 end
 
 -- Take a pending job (due or delayed) out of `ready` and `delayed`, where pend() filed it:
--- `avail`, `seq` as its hash holds them.  Its entry in `st:pending` stays (callers move it).
-local function unpend(id, avail, seq)
+-- `avail`, `seq`, `lifo` as its hash holds them.  Its entry in `st:pending` stays (callers move it).
+local function unpend(id, avail, seq, lifo)
   redis.call('ZREM', K_DELAYED, id)
-  redis.call('ZREM', K_READY, hextime(avail) .. string.format('%016x', tonumber(seq)) .. id)
+  redis.call('ZREM', K_READY, ready_member(id, avail, seq, lifo))
 end
 
 local function flush()
@@ -135,8 +153,8 @@ local function promote_due(now)
   if #due == 0 then return end
   redis.call('ZREMRANGEBYSCORE', K_DELAYED, '-inf', now)
   for _, id in ipairs(due) do
-    local f = redis.call('HMGET', jkey(id), 'priority', 'available_at', 'seq')
-    if f[1] then make_ready(id, f[2], f[1], f[3]) end
+    local f = redis.call('HMGET', jkey(id), 'priority', 'available_at', 'seq', 'lifo')
+    if f[1] then make_ready(id, f[2], f[1], f[3], f[4]) end
   end
   flush()
 end

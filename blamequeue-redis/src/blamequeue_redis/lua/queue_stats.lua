@@ -20,6 +20,10 @@ local score = '-inf'
 for _ = 1, ${PRIORITIES_SCANNED} do
   local head = redis.call('ZRANGEBYSCORE', K_READY, score, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
   if #head == 0 then break end
+  if tonumber(head[2]) % 1 ~= 0 then
+    -- A lifo band (score -priority - 0.5) starts with its latest due job: take its last.
+    head[1] = redis.call('ZREVRANGEBYSCORE', K_READY, head[2], head[2], 'LIMIT', 0, 1)[1]
+  end
   consider(redis.call('HGET', jkey(string.sub(head[1], 33)), 'available_at'))
   score = '(' .. head[2]
 end

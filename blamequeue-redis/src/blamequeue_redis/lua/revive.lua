@@ -28,7 +28,7 @@ local function revive(id, key, f, now)
     end
     bulk('SADD', base .. 'deps:' .. id, waiting)
   end
-  local woken = pend(id, now, f[3], f[15], now)
+  local woken = pend(id, now, f[3], f[15], now, f[18])
   flush()
   signal(woken)
   f[1], f[4], f[7], f[14], f[17] = 'pending', '0', now, false, false

@@ -18,7 +18,7 @@ local settled, done, dead = {}, {}, {}
 local function release(waiting, at)
   for _, cid in ipairs(waiting) do
     local ck = jkey(cid)
-    local c = redis.call('HMGET', ck, 'state', 'depends_on', 'priority', 'seq')
+    local c = redis.call('HMGET', ck, 'state', 'depends_on', 'priority', 'seq', 'lifo')
     if c[1] == 'parked' then
       local free = true
       for dep in string.gmatch(c[2] or '', '[^ ]+') do
@@ -32,7 +32,7 @@ local function release(waiting, at)
         redis.call('HSET', ck, 'state', 'pending', 'available_at', at)
         redis.call('SREM', K_PARKED, cid)
         move(cid, c[4], 'parked', 'pending')
-        woken = woken + pend(cid, at, c[3], c[4], now)
+        woken = woken + pend(cid, at, c[3], c[4], now, c[5])
       end
     end
   end
@@ -52,7 +52,8 @@ local ended = {}
 for j, item in ipairs(items) do
   local id, token, outcome, at, err, keep = item[1], item[2], item[3], item[4], item[5], item[6]
   local key = jkey(id)
-  local f = redis.call('HMGET', key, 'state', 'token', 'flow_id', 'priority', 'seq', 'attempts')
+  local f = redis.call('HMGET', key, 'state', 'token', 'flow_id', 'priority', 'seq', 'attempts',
+    'lifo')
   if f[1] ~= 'inflight' or f[2] ~= token then
     res[j] = '0'
   else
@@ -87,14 +88,14 @@ for j, item in ipairs(items) do
       redis.call('HSET', key, 'state', 'pending', 'available_at', at)
       move(id, f[5], 'inflight', 'pending')
       set_error(key, err)
-      woken = woken + pend(id, at, f[4], f[5], now)
+      woken = woken + pend(id, at, f[4], f[5], now, f[7])
     else -- release: the interrupted attempt is given back
       local attempts = tonumber(f[6]) - 1
       if attempts < 0 then attempts = 0 end
       redis.call('HSET', key, 'state', 'pending', 'available_at', at, 'attempts', itext(attempts))
       move(id, f[5], 'inflight', 'pending')
       if type(err) == 'string' then redis.call('HSET', key, 'last_error', err) end
-      woken = woken + pend(id, at, f[4], f[5], now)
+      woken = woken + pend(id, at, f[4], f[5], now, f[7])
     end
   end
 end

@@ -26,7 +26,7 @@ for _, id in ipairs(ids) do
     else
       redis.call('HSET', key, 'state', 'pending', 'available_at', now)
       move(id, f[15], 'inflight', 'pending')
-      woken = woken + pend(id, now, f[3], f[15], now)
+      woken = woken + pend(id, now, f[3], f[15], now, f[18])
       f[1], f[7] = 'pending', now
       expired[#expired + 1] = row(id, f)
     end

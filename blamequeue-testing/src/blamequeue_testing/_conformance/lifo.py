@@ -98,6 +98,25 @@ class TestLifo:
         await q.tick(name, fail_first)
         assert seen == ["lifo", "lifo", "waiting"]
 
+    async def test_an_edited_or_cancelled_lifo_job_keeps_its_lifo_place(
+        self, conformance: Conformance
+    ) -> None:
+        conformance.require("job_edits", "a stored job cannot be edited")
+        conformance.require("cancel", "a job cannot be cancelled")
+        conformance.require("priority", "priorities cannot be checked")
+        conformance.require_virtual_time("the promotion comes later by moving the clock")
+        q, name = conformance.queue, conformance.name
+        await q.enqueue(name, "plain")
+        delayed = await q.enqueue(name, "promoted lifo", lifo=True, delay=60)
+        lower = await q.enqueue(name, "raised lifo", lifo=True, priority=-1)
+        gone = await q.enqueue(name, "cancelled lifo", lifo=True)
+        conformance.advance(1)
+        assert await q.promote(delayed)
+        assert await q.change_priority(lower, 0)
+        assert await q.cancel(gone)
+        # Promoted last, so due latest: first of the lifo jobs; the cancelled one is gone.
+        assert await lease_order(conformance) == ["promoted lifo", "raised lifo", "plain"]
+
 
 @lacking("lifo", "TestLifo covers it")
 class TestWithoutLifo:
