@@ -267,6 +267,45 @@ async def test_a_dead_worker_s_last_attempt_is_notified(tmp_path: Path) -> None:
     assert sent[0].reason == "lease-expired"
 
 
+@pytest.fixture
+def dripping_server() -> Iterator[str]:
+    """An HTTP server that answers a byte at a time, never finishing its headers: each read
+    gets data well within a socket timeout, so only a deadline on the whole exchange ends it."""
+    stop = threading.Event()
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        connection, _ = listener.accept()
+        with connection:
+            connection.recv(65536)
+            connection.sendall(b"HTTP/1.1 200 OK\r\n")
+            while not stop.wait(0.05):
+                connection.sendall(b"X-Slow: y\r\n")
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}/hook"
+    finally:
+        stop.set()
+        listener.close()
+        thread.join(5)
+
+
+async def test_a_delivery_ends_at_its_timeout_even_when_the_server_keeps_dripping(
+    dripping_server: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with _queue() as queue:
+        notifier = queue.notify_dead_jobs(
+            DeadJobNotifier(WebhookChannel(dripping_server, SECRET, timeout=0.3), batch_window=0)
+        )
+        await queue.enqueue("q", 1, max_attempts=1)
+        await queue.tick("q", _fail)
+        await wait_until(lambda: notifier.failed == 1, "the failed delivery")
+    assert notifier.sent == 0
+    assert "within the channel's timeout" in caplog.text
+
+
 @pytest.mark.parametrize("status", [301, 302, 303, 307, 308])
 async def test_a_redirect_is_a_failed_delivery_and_never_followed(
     http_server: tuple[str, Received],

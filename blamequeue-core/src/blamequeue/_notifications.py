@@ -204,11 +204,24 @@ def _post(url: str, body: bytes, headers: Mapping[str, str], timeout: float) -> 
         raise
 
 
+async def _deliver(url: str, body: bytes, headers: Mapping[str, str], timeout: float) -> None:
+    """POST ``body`` to ``url``, done or failed within ``timeout`` seconds in all.
+
+    urllib in a worker thread (no HTTP client dependency; it runs under asyncio and trio; see
+    docs/design.md).  Its own timeout bounds each socket operation, not the whole exchange, so
+    a server that answers one byte at a time could hold a delivery for ever: the deadline
+    around it ends the wait (a ``TimeoutError``, a failed delivery), and the abandoned thread
+    ends at its next socket timeout.
+    """
+    with anyio.fail_after(timeout):
+        await anyio.to_thread.run_sync(_post, url, body, headers, timeout, abandon_on_cancel=True)
+
+
 async def _post_json(url: str, document: Any, timeout: float) -> None:
     body = json.dumps(document, separators=(",", ":")).encode()
-    headers = {"Content-Type": "application/json", "User-Agent": "blamequeue"}
-    # urllib in a worker thread: no HTTP client dependency, and it runs under asyncio and trio.
-    await anyio.to_thread.run_sync(_post, url, body, headers, timeout, abandon_on_cancel=True)
+    await _deliver(
+        url, body, {"Content-Type": "application/json", "User-Agent": "blamequeue"}, timeout
+    )
 
 
 def _mac(secret: str, timestamp: int, body: bytes) -> bytes:
@@ -289,9 +302,7 @@ class WebhookChannel:
             "User-Agent": "blamequeue",
             SIGNATURE_HEADER: sign(self.secret, now, body),
         }
-        await anyio.to_thread.run_sync(
-            _post, self.url, body, headers, self.timeout, abandon_on_cancel=True
-        )
+        await _deliver(self.url, body, headers, self.timeout)
 
 
 @attrs.define
@@ -529,4 +540,6 @@ def _describe(exc: BaseException) -> str:
         if 300 <= exc.code < 400:
             return f"HTTP {exc.code} {exc.reason}: redirects are not followed (set the new URL)"
         return f"HTTP {exc.code} {exc.reason}"
+    if isinstance(exc, TimeoutError):
+        return "no complete answer within the channel's timeout (raise timeout= if it is slow)"
     return redacted(f"{type(exc).__name__}: {exc}")
