@@ -1,10 +1,9 @@
 """How the CLI answers a person: usage errors that say what was expected, "did you mean" for a
-mistyped command or option, the same positional arguments in every command, deferred protocols
-labelled, and progress drawn only for a person watching.  In-process (``main(argv)``)."""
+mistyped command or option, the same positional arguments in every command, and progress drawn
+only for a person watching.  In-process (``main(argv)``)."""
 
 from __future__ import annotations
 
-import json
 import os
 import select
 import sys
@@ -68,16 +67,6 @@ def test_every_command_puts_its_handler_first_and_calls_a_queue_queue() -> None:
             with_handlers.append(parser.prog)
             assert synopsis.index("MODULE:OBJECT") < synopsis.index("QUEUE"), synopsis
     assert with_handlers == ["blamequeue worker", "blamequeue tick"]
-
-
-def test_plugins_label_the_deferred_protocols(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["plugins", "--json"]) == 0
-    status = {p["name"]: p["status"] for p in json.loads(capsys.readouterr().out)["plugins"]}
-    assert status["deferred"] == "deferred: not implemented yet"
-    assert status["local"] == "ok"
-    assert main(["plugins"]) == 0
-    [row] = [line for line in capsys.readouterr().out.splitlines() if "amqp" in line]
-    assert row.endswith("deferred: not implemented yet")
 
 
 def test_retry_all_off_a_terminal_draws_no_progress(
