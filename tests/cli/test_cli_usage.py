@@ -40,6 +40,11 @@ def test_a_usage_error_says_what_was_expected_with_an_example(
             "blamequeue worker: error: unrecognized arguments: --concurency 3 (did you mean "
             "--concurrency?)",
         ),
+        (  # a mistyped protocol
+            ["bench", "--backend", "reds"],
+            "blamequeue bench: error: argument --backend: invalid choice: 'reds'; did you mean "
+            "'redis'? (choose from local, memory, redis, sqs)",
+        ),
         (  # an option of a mutually exclusive group
             ["size", "q", "--paht", "jobs.db"],
             "blamequeue size: error: unrecognized arguments: --paht jobs.db (did you mean --path?)",

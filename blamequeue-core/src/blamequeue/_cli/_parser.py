@@ -27,6 +27,7 @@ class Parser(argparse.ArgumentParser):
         self._option_strings: list[str] = []
         self._flags: set[str] = set()
         self._synopsis: list[str] = []
+        self._choices: dict[str, list[str]] = {}  # an option's choices, by its option strings
         self._commands: argparse.Action | None = None
         super().__init__(*args, **kwargs)
 
@@ -47,6 +48,9 @@ class Parser(argparse.ArgumentParser):
         self._option_strings.extend(action.option_strings)
         if action.nargs == 0:
             self._flags.update(action.option_strings)
+        if action.choices is not None and action.nargs is None and action.type is None:
+            choices = [str(choice) for choice in action.choices]
+            self._choices.update({option: choices for option in action.option_strings})
         if not action.option_strings:
             self._synopsis.append(_positional(action))
         elif action.required:
@@ -67,6 +71,7 @@ class Parser(argparse.ArgumentParser):
         arguments = sys.argv[1:] if args is None else list(args)
         if self._commands is not None:
             self._check_command(arguments)
+        self._check_choices(arguments)
         namespace, extras = super().parse_known_args(arguments, namespace)
         if extras:
             self.error(self._unrecognised(extras))
@@ -83,7 +88,7 @@ class Parser(argparse.ArgumentParser):
                 if argument.partition("=")[0] in self._flags:
                     continue
                 return  # an option that may take a value: argparse sorts it out
-            names = list(self._commands.choices or ())
+            names = self._names()
             if argument not in names:
                 what = self._commands.metavar or "COMMAND"
                 guess = did_you_mean(argument, names, n=3)
@@ -91,6 +96,32 @@ class Parser(argparse.ArgumentParser):
                     f"unknown {str(what).lower()} {argument!r}" + (f"; {guess}" if guess else "")
                 )
             return
+
+    def _check_choices(self, arguments: Sequence[str]) -> None:
+        """A value an option does not take (``--backend reds``), with the closest ones; before
+        argparse's own check, whose message only lists them.  Only the arguments before this
+        parser's command (if any) are its own."""
+        for i, argument in enumerate(arguments):
+            if argument == "--" or (self._commands is not None and argument in self._names()):
+                return
+            option, sep, value = argument.partition("=")
+            choices = self._choices.get(option)
+            if choices is None:
+                continue
+            if not sep:
+                if i + 1 == len(arguments):
+                    return  # no value: argparse says so
+                value = arguments[i + 1]
+            if value not in choices:
+                guess = did_you_mean(value, choices)
+                self.error(
+                    f"argument {option}: invalid choice: {value!r}{'; ' + guess if guess else ''} "
+                    f"(choose from {', '.join(choices)})"
+                )
+
+    def _names(self) -> list[str]:
+        assert self._commands is not None
+        return list(self._commands.choices or ())
 
     def _unrecognised(self, extras: Sequence[str]) -> str:
         message = f"unrecognized arguments: {' '.join(extras)}"
