@@ -109,10 +109,9 @@ class Parser(argparse.ArgumentParser):
             if choices is None:
                 continue
             if not sep:
-                if i + 1 == len(arguments):
-                    return  # no value: argparse says so
-                value = arguments[i + 1]
-            if value not in choices:
+                value = arguments[i + 1] if i + 1 < len(arguments) else "-"
+            # A missing value (the end, or an option next) is argparse's to report.
+            if not value.startswith("-") and value not in choices:
                 guess = did_you_mean(value, choices)
                 self.error(
                     f"argument {option}: invalid choice: {value!r}{'; ' + guess if guess else ''} "
