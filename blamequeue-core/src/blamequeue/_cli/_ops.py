@@ -104,7 +104,9 @@ def add_parser(subparsers: Subparsers) -> None:
 
     tick = add_queue_command(subparsers, "tick", _TICK_MANUAL, run=_tick)
     tick.add_argument(
-        "target", metavar="MODULE:OBJECT", help="the handler, e.g. app.tasks:send_email"
+        "target",
+        metavar="MODULE:OBJECT",
+        help="the handler, e.g. app.tasks:send_email, or a Queue to run its registered tasks",
     )
     add_queue_argument(tick)
     _add_options(tick, _TICK_OPTIONS)

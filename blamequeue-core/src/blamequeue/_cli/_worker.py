@@ -49,8 +49,8 @@ _LOG_LEVELS = ("debug", "info", "warning", "error")
 _MANUAL = """\
 run a handler over one or more queues until SIGINT/SIGTERM
 
-Run MODULE:OBJECT over the given queues until SIGINT or SIGTERM, then
-shut down gracefully.
+Run the handler MODULE:OBJECT (a function, or a Queue whose registered tasks it
+runs) over the given queues until SIGINT or SIGTERM, then shut down gracefully.
 
 examples:
   blamequeue worker app.tasks:send_email --queue emails
@@ -85,7 +85,8 @@ def add_parser(subparsers: Subparsers) -> None:
     parser.add_argument(
         "target",
         metavar="MODULE:OBJECT",
-        help="the handler to run, e.g. app.tasks:send_email (an attribute path after ':')",
+        help="the handler to run, e.g. app.tasks:send_email (an attribute path after ':'), or "
+        "a Queue, e.g. app.jobs:queue, to run its registered tasks",
     )
     parser.add_argument(
         "-q",
