@@ -4,6 +4,7 @@ only for a person watching.  In-process (``main(argv)``)."""
 
 from __future__ import annotations
 
+import io
 import os
 import select
 import sys
@@ -98,6 +99,9 @@ def test_purge_on_a_terminal_draws_its_progress_on_stderr(
             monkeypatch.setattr(sys, "stdout", tty)
             monkeypatch.setattr(sys, "stderr", tty)
             assert progress_terminal(json_output=True) is None  # never with --json
+            with monkeypatch.context() as piped:  # nor with stdout piped to another program
+                piped.setattr(sys, "stdout", io.StringIO())
+                assert progress_terminal(json_output=False) is None
             assert main(["purge", QUEUE, "--yes", "--path", str(db)]) == 0
             tty.flush()
         # Everything was written before main returned; the result line ends it.
