@@ -245,6 +245,8 @@ def test_plugins_lists_each_plugin_with_its_distribution(run_cli: RunCli) -> Non
     assert by_name["memory"]["distribution"] == "blamequeue-testing"
     assert by_name["memory"]["dev_servers"] == ["redis", "sqs"]
     assert by_name["deferred"]["protocols"] == ["amqp", "nats"]
+    assert by_name["deferred"]["status"] == "deferred: not implemented yet"
+    assert by_name["local"]["status"] == "ok"
     assert by_name["local"]["version"]
     table = run_cli("plugins").stdout.splitlines()
     assert table[0].split() == [
@@ -257,8 +259,11 @@ def test_plugins_lists_each_plugin_with_its_distribution(run_cli: RunCli) -> Non
         "SERVERS",
         "DISTRIBUTION",
         "VERSION",
+        "STATUS",
     ]
     assert any(line.split()[:2] == ["local", "local"] for line in table[2:])
+    [deferred] = [line for line in table if line.startswith("deferred ")]
+    assert deferred.endswith("  deferred: not implemented yet")
 
 
 def test_plugins_honours_the_block_list(run_cli: RunCli) -> None:

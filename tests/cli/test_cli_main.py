@@ -43,7 +43,8 @@ def test_no_command_is_a_usage_error(run_cli: RunCli) -> None:
 def test_an_unknown_command_is_a_usage_error(run_cli: RunCli) -> None:
     result = run_cli("frobnicate")
     assert result.returncode == 2
-    assert "invalid choice" in result.stderr
+    assert "error: unknown command 'frobnicate'\n" in result.stderr
+    assert "expected: blamequeue COMMAND ..." in result.stderr
 
 
 def test_a_bad_option_value_is_a_usage_error(run_cli: RunCli) -> None:

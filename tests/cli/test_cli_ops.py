@@ -128,13 +128,20 @@ def test_tick_runs_one_batch_and_reports_the_counts(
     for payload in ('{"n": 1}', '{"n": 2, "fail": true}', '{"n": 3}'):
         run_cli("enqueue", QUEUE, payload, "--max-attempts", "1", "--path", str(db))
 
-    result = run_cli("tick", QUEUE, "tasks:handle", "--max", "2", "--path", str(db))
+    result = run_cli("tick", "tasks:handle", QUEUE, "--max", "2", "--path", str(db))
     assert result.returncode == 0, result.stderr
+    assert "deprecated" not in result.stderr
     assert result.stdout == (
         f"tick of {QUEUE!r}: leased 2, succeeded 1, failed 1 (1 to the DLQ); "
         f"1 live job(s) left; more may be due now\n"
     )
-    document = json_of(run_cli("tick", QUEUE, "tasks:handle", "--json", "--path", str(db)))
+    # The order before the handler came first still works, with a warning, for one release.
+    old_order = run_cli("tick", QUEUE, "tasks:handle", "--json", "--path", str(db))
+    assert old_order.stderr == (
+        "warning: `blamequeue tick QUEUE MODULE:OBJECT` is deprecated and stops working in the "
+        f"next release; give the handler first: blamequeue tick tasks:handle {QUEUE}\n"
+    )
+    document = json_of(old_order)
     assert document == {
         "queue": QUEUE,
         "backend": "default",
@@ -155,7 +162,7 @@ def test_tick_with_a_handler_that_cannot_be_imported_is_a_usage_error(
     run_cli: RunCli, db: Path
 ) -> None:
     seed(db, pending=1)
-    result = run_cli("tick", QUEUE, "nowhere:handle", "--path", str(db))
+    result = run_cli("tick", "nowhere:handle", QUEUE, "--path", str(db))
     assert result.returncode == 2
     assert "cannot import module 'nowhere'" in result.stderr
     assert sizes(db) == (1, 0)

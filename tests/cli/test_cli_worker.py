@@ -230,7 +230,7 @@ def test_worker_with_a_missing_module_exits_2_and_says_so(app: Path, run_cli: Ru
         ("tasks:nope", "module 'tasks'"),
         ("tasks:not_a_handler", "tasks:not_a_handler is not callable"),
         ("tasks:takes_one_argument", "cannot be called as handler(job, ctx)"),
-        ("tasks", "MODULE:HANDLER"),
+        ("tasks", "MODULE:OBJECT"),
     ],
 )
 def test_worker_with_an_unusable_handler_exits_2(

@@ -32,6 +32,21 @@ def test_unknown_protocol_is_invalid_config_and_lists_installed_ones() -> None:
     assert "memory" in err.message
 
 
+@pytest.mark.parametrize(
+    ("protocol", "guess"),
+    [
+        ("reds", "(did you mean 'redis'?)"),
+        ("reds://127.0.0.1:6379/0", "(did you mean 'redis://'?)"),
+    ],
+)
+def test_a_mistyped_protocol_gets_a_did_you_mean(protocol: str, guess: str) -> None:
+    err = error_of(backends={"a": {"protocol": protocol}})
+    assert err.code == "queue/invalid-config"
+    assert f"unknown protocol {protocol!r} {guess}; installed protocols: " in err.message
+    # The deferred protocols are named apart from the ones that work.
+    assert "; named but not implemented yet (deferred): amqp, nats." in err.message
+
+
 @pytest.mark.parametrize(("protocol", "extra"), [("redis", "redis"), ("sqs", "sqs")])
 def test_a_shipped_protocol_that_is_not_installed_says_what_to_install(
     protocol: str, extra: str, monkeypatch: pytest.MonkeyPatch
@@ -119,6 +134,9 @@ def test_from_env_refuses_an_unknown_protocol() -> None:
         Queue.from_env({"BLAMEQUEUE_PROTOCOL": "postgres"})
     assert info.value.code == "queue/invalid-config"
     assert "local" in info.value.message
+    with pytest.raises(QueueError) as info:
+        Queue.from_env({"BLAMEQUEUE_PROTOCOL": "reds"})
+    assert "is not a protocol (did you mean 'redis'?)" in info.value.message
 
 
 def test_from_env_redis_needs_a_url() -> None:

@@ -66,6 +66,10 @@ def test_url_must_be_a_redis_url(url: object) -> None:
     assert "'url'" in invalid(url=url).message
 
 
+def test_a_mistyped_scheme_gets_a_did_you_mean() -> None:
+    assert "(did you mean 'redis://'?)" in invalid(url="reds://localhost:6379").message
+
+
 def test_unknown_option_is_refused_by_name() -> None:
     error = invalid(url=URL, pasword="x")
     assert "'pasword'" in error.message

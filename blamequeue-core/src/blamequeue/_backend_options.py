@@ -8,12 +8,12 @@ value with a message naming the option, what it must be and what it got.
 
 from __future__ import annotations
 
-import difflib
 import math
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from ._suggest import did_you_mean
 from .errors import ConfigError
 
 __all__ = ["OptionReader"]
@@ -63,8 +63,8 @@ class OptionReader:
             )
 
     def _guess(self, name: str) -> str:
-        close = difflib.get_close_matches(name, self.known, n=1)
-        return f"{name!r} (did you mean {close[0]!r}?)" if close else repr(name)
+        guess = did_you_mean(name, self.known)
+        return f"{name!r} ({guess})" if guess else repr(name)
 
     def invalid(self, message: str) -> ConfigError:
         """The ``queue/invalid-config`` error for ``message`` (name the option in it)."""

@@ -10,7 +10,10 @@ from .abc import Backend, BackendContext, Lease, NewJob, Settlement, StoredJob, 
 from .errors import ConfigError
 from .hookspecs import hookimpl
 
-__all__ = ["AmqpBackend", "NatsBackend"]
+__all__ = ["DEFERRED_STATUS", "AmqpBackend", "NatsBackend", "is_deferred"]
+
+#: How listings (``blamequeue plugins``, error messages) label a deferred protocol.
+DEFERRED_STATUS = "deferred: not implemented yet"
 
 
 class _DeferredBackend(Backend):
@@ -63,6 +66,11 @@ class _DeferredBackend(Backend):
 
     async def dlq_purge(self, queue: str) -> int:
         self._never()
+
+
+def is_deferred(backend_class: object) -> bool:
+    """Whether a registered protocol's class is one of these named-but-deferred ones."""
+    return isinstance(backend_class, type) and issubclass(backend_class, _DeferredBackend)
 
 
 class AmqpBackend(_DeferredBackend):

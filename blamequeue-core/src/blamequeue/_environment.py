@@ -7,6 +7,7 @@ import binascii
 from collections.abc import Mapping
 from typing import Any
 
+from ._suggest import did_you_mean_protocol
 from ._validation import MAX_SECONDS_TEXT, is_duration
 from .errors import ConfigError
 
@@ -65,8 +66,10 @@ def config_from_env(env: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, A
     """Returns ``(backend_config, queue_kwargs)``."""
     protocol = env.get("BLAMEQUEUE_PROTOCOL", "local").strip() or "local"
     if protocol not in PROTOCOLS:
+        guess = did_you_mean_protocol(protocol, PROTOCOLS)
         raise _error(
-            f"BLAMEQUEUE_PROTOCOL={protocol!r} is not a protocol; use one of {', '.join(PROTOCOLS)}"
+            f"BLAMEQUEUE_PROTOCOL={protocol!r} is not a protocol{f' ({guess})' if guess else ''}; "
+            f"use one of {', '.join(PROTOCOLS)}"
         )
     config: dict[str, Any] = {"protocol": protocol}
     if protocol == "local":

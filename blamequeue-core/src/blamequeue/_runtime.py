@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from typing import Any, TypeVar
 
 import anyio
@@ -14,12 +14,14 @@ import attrs
 from ._audit import Auditor
 from ._backoff import Backoff, parse_backoff
 from ._codec import Codec
+from ._deferred import is_deferred
 from ._events import EventBus
 from ._job_meta import JobMeta
 from ._metrics_buffer import MetricsBuffer
 from ._plugins import PluginRegistry
 from ._resilience import CircuitBreaker, Guard, parse_breaker_options, parse_retry
 from ._sealing import SealPlan, plan_seal
+from ._suggest import did_you_mean_protocol
 from ._validation import (
     DEFAULT_MAX_PAYLOAD_BYTES,
     MAX_SECONDS_TEXT,
@@ -319,8 +321,16 @@ def _parse_retention(config: Mapping[str, Any], where: str) -> Retention:
 _EXTRAS = {"redis": "redis", "sqs": "sqs", "memory": "testing"}
 
 
+def _guess(protocol: str, known: Iterable[str]) -> str:
+    guess = did_you_mean_protocol(protocol, known)
+    return f" ({guess})" if guess else ""
+
+
 def _unknown_protocol_message(where: str, protocol: str, registry: PluginRegistry) -> str:
-    known = ", ".join(sorted(registry.protocols)) or "none"
+    deferred = sorted(name for name, r in registry.protocols.items() if is_deferred(r.value))
+    known = ", ".join(sorted(set(registry.protocols) - set(deferred))) or "none"
+    if deferred:
+        known += f"; named but not implemented yet (deferred): {', '.join(deferred)}"
     broken = "".join(
         f" Plugin {name!r} is installed but failed to import ({error}); reinstall it."
         for name, error in sorted(registry.failed.items())
@@ -332,6 +342,7 @@ def _unknown_protocol_message(where: str, protocol: str, registry: PluginRegistr
             f"`pip install blamequeue[{extra}]` (installed protocols: {known}).{broken}"
         )
     return (
-        f"{where}: unknown protocol {protocol!r}; installed protocols: {known}. A third-party "
-        f"backend registers its protocol through the 'blamequeue' entry-point group.{broken}"
+        f"{where}: unknown protocol {protocol!r}{_guess(protocol, registry.protocols)}; "
+        f"installed protocols: {known}. A third-party backend registers its protocol through "
+        f"the 'blamequeue' entry-point group.{broken}"
     )

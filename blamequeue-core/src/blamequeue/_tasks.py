@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-import difflib
 import importlib
 import inspect
 import json
@@ -32,6 +31,7 @@ from ._ids import new_job_id
 from ._job_ids import check_chosen_id, check_lifo
 from ._job_seals import CONTEXT_META_KEY, TASK_META_KEY
 from ._models import Job
+from ._suggest import did_you_mean
 from ._validation import (
     check_delay,
     check_max_attempts,
@@ -476,8 +476,8 @@ class TaskRegistry:
         found = self._tasks.get(name) if isinstance(name, str) else None
         if found is not None:
             return found
-        close = difflib.get_close_matches(str(name), list(self._tasks), n=3)
-        hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
+        guess = did_you_mean(str(name), self._tasks, n=3)
+        hint = f"; {guess}" if guess else ""
         known = ", ".join(sorted(self._tasks)) or "none"
         raise NotFoundError(
             "queue/unknown-job",

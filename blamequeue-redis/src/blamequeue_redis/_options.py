@@ -15,6 +15,7 @@ from urllib.parse import unquote, urlsplit
 
 import attrs
 
+from blamequeue._suggest import did_you_mean_protocol
 from blamequeue.abc import OptionReader
 from blamequeue_redis._keys import DEFAULT_PREFIX
 from blamequeue_redis._transport import is_async_client, is_cluster_client, is_sync_client
@@ -164,8 +165,10 @@ def _url(read: OptionReader, raw: object, tls: bool | None) -> tuple[str, bool]:
         raise read.invalid(f"option 'url' is not a valid URL ({reason}): {shown!r}") from None
     scheme = parts.scheme.lower()
     if scheme not in _SCHEMES:
+        guess = did_you_mean_protocol(f"{scheme}://", _SCHEMES)
         raise read.invalid(
             f"option 'url' must start with redis://, rediss:// (TLS) or unix://, got {shown!r}"
+            + (f" ({guess})" if guess else "")
         )
     if tls is None:
         return url, scheme == "rediss"

@@ -32,6 +32,7 @@ from . import (
     _result,
     _worker,
 )
+from ._parser import Parser
 from ._running import (
     EXIT_INTERRUPTED,
     EXIT_USAGE,
@@ -95,8 +96,8 @@ def _version() -> str:
     return f"blamequeue {__version__} (Python {platform.python_version()})"
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+def build_parser() -> Parser:
+    parser = Parser(
         prog="blamequeue",
         description=_DESCRIPTION,
         epilog=_EPILOG,

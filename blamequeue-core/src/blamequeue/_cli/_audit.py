@@ -21,6 +21,7 @@ from blamequeue._sealing import _env_config, _read_key_file, key_file_path, pars
 
 from ._config import load_config
 from ._output import add_json_option, print_json
+from ._parser import ExclusiveOptions
 from ._running import EXIT_ERROR, EXIT_OK, Subparsers, UsageError, add_command, positive_int
 
 __all__ = ["add_parser", "keyring", "run"]
@@ -90,7 +91,7 @@ def add_parser(subparsers: Subparsers) -> None:
         help="a key file (BLAMEQUEUE_SEAL_KEYS lines: a seal key file or the sink's own); "
         "may be repeated",
     )
-    source = verify.add_mutually_exclusive_group()
+    source = ExclusiveOptions(verify)
     source.add_argument(
         "--config", metavar="FILE", help="TOML queue configuration whose seal keys to use"
     )

@@ -46,7 +46,7 @@ from ._running import (
     run_on_loop,
     stopped_by_signals,
 )
-from ._terminal import ProgressBar, Terminal, format_table
+from ._terminal import ProgressBar, Terminal, format_table, progress_terminal
 
 __all__ = ["add_parser", "run"]
 
@@ -154,9 +154,10 @@ def add_parser(subparsers: Subparsers) -> None:
 
 
 class _Status:
-    """A progress bar on stderr while a phase runs, when stderr is a terminal."""
+    """A progress bar while a phase runs, on ``term`` (None: none; see
+    :func:`~._terminal.progress_terminal`)."""
 
-    def __init__(self, term: Terminal) -> None:
+    def __init__(self, term: Terminal | None) -> None:
         self._term = term
         self._bar: ProgressBar | None = None
         self.count = 0
@@ -164,7 +165,7 @@ class _Status:
     def begin(self, label: str, total: int) -> None:
         self.end()
         self.count = 0
-        if self._term.tty:
+        if self._term is not None and self._term.tty:
             self._bar = self._term.progress(total, f"{label:<31}")
             self._bar.update(0, force=True)
 
@@ -436,7 +437,10 @@ async def _measure(
 
 
 async def _bench(
-    args: argparse.Namespace, config: dict[str, Any], term: Terminal, requests: Any = None
+    args: argparse.Namespace,
+    config: dict[str, Any],
+    term: Terminal | None,
+    requests: Any = None,
 ) -> dict[str, Any]:
     result: dict[str, Any] = {
         "blamequeue": __version__,
@@ -618,7 +622,8 @@ def run(args: argparse.Namespace) -> int:
         where = f"local ({path}{', temporary' if temporary else ''})"
     try:
         result = run_on_loop(
-            functools.partial(_bench, args, config, Terminal(sys.stderr), requests), args.loop
+            functools.partial(_bench, args, config, progress_terminal(args.json), requests),
+            args.loop,
         )
     finally:
         if temporary is not None:

@@ -34,6 +34,7 @@ from blamequeue import Queue
 from blamequeue._environment import config_from_env
 from blamequeue.errors import ConfigError, UnsupportedError
 
+from ._parser import ExclusiveOptions
 from ._running import Subparsers, UsageError, add_command, run_on_loop, say
 
 __all__ = [
@@ -95,7 +96,7 @@ def add_queue_options(
 ) -> None:
     """``--config`` / ``--path`` (one or the other; with ``backend_config``, or
     ``--backend-config``) and ``--backend`` (not with ``backend_help=None``)."""
-    source = parser.add_mutually_exclusive_group()
+    source = ExclusiveOptions(parser)
     source.add_argument("--config", metavar="FILE", help=config_help)
     source.add_argument(
         "--path",

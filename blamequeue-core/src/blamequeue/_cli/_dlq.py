@@ -25,7 +25,15 @@ from ._output import (
     timestamp,
     wide,
 )
-from ._running import EXIT_NOT_FOUND, EXIT_OK, Subparsers, positive_int, say
+from ._running import (
+    EXIT_NOT_FOUND,
+    EXIT_OK,
+    Subparsers,
+    positive_int,
+    say,
+    showing_activity,
+)
+from ._terminal import progress_terminal
 
 __all__ = ["add_parser"]
 
@@ -183,7 +191,11 @@ def _retry(args: argparse.Namespace) -> int:
 def _retry_all(args: argparse.Namespace) -> int:
     async def body(queue: Queue) -> int:
         backend = args.backend or queue.default_backend
-        count = await queue.dlq_retry_all(args.queue, backend=backend)
+        count = await showing_activity(
+            progress_terminal(args.json),
+            f"retrying the dead jobs of {args.queue!r}",
+            lambda: queue.dlq_retry_all(args.queue, backend=backend),
+        )
         if args.json:
             print_json({"queue": args.queue, "backend": backend, "retried": count})
         else:

@@ -13,8 +13,9 @@ import attrs
 
 from blamequeue import JobInfo, Queue, QueueInfo, WorkerInfo
 from blamequeue._clock import to_datetime
+from blamequeue._deferred import DEFERRED_STATUS, is_deferred
 from blamequeue._inspection import MAX_PAGE
-from blamequeue._plugins import load_registry
+from blamequeue._plugins import PluginInfo, load_registry
 from blamequeue.abc import JOB_STATES, Capabilities
 
 from ._config import (
@@ -443,6 +444,14 @@ def _backends(args: argparse.Namespace) -> int:
 
 def _plugins(args: argparse.Namespace) -> int:
     registry = load_registry()
+
+    def status(info: PluginInfo) -> str:
+        """Whether it works: a protocol named by the spec but not implemented yet says so."""
+        protocols = [registry.protocols.get(name) for name in info.protocols]
+        if any(is_deferred(getattr(found, "value", None)) for found in protocols):
+            return DEFERRED_STATUS
+        return "ok"
+
     print_json_or_table(
         args.json,
         {
@@ -450,6 +459,7 @@ def _plugins(args: argparse.Namespace) -> int:
                 {
                     **fields_of(info, ("name", "distribution", "version")),
                     **{kind: list(getattr(info, kind)) for kind in _REGISTERED},
+                    "status": status(info),
                 }
                 for info in registry.plugins
             ],
@@ -460,6 +470,7 @@ def _plugins(args: argparse.Namespace) -> int:
             *(kind.replace("_", " ").upper() for kind in _REGISTERED),
             "DISTRIBUTION",
             "VERSION",
+            "STATUS",
         ],
         [
             [
@@ -467,10 +478,11 @@ def _plugins(args: argparse.Namespace) -> int:
                 *(", ".join(getattr(info, kind)) or "-" for kind in _REGISTERED),
                 info.distribution or "-",
                 info.version or "-",
+                status(info),
             ]
             for info in registry.plugins
         ],
-        align="lllllll",
+        align="llllllll",
         empty="no plugins loaded (check BLAMEQUEUE_PLUGINS / BLAMEQUEUE_DISABLE_PLUGINS)",
     )
     if not args.json:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from collections.abc import Callable
 from typing import Any, TypeAlias
@@ -27,9 +28,10 @@ from ._running import (
     positive_int,
     positive_seconds,
     say,
+    showing_activity,
     whole_number,
 )
-from ._terminal import Terminal
+from ._terminal import Terminal, progress_terminal
 from ._worker import add_handler_options, load_handler
 
 __all__ = ["add_parser", "add_purge_options", "confirm", "read_payload"]
@@ -55,15 +57,17 @@ examples:
 _TICK_MANUAL = """\
 run one batch of due jobs with a handler, then exit (cron, serverless)
 
-Sweep expired leases, lease at most --max due jobs of QUEUE, run MODULE:HANDLER on
-them, record the outcomes and exit: a worker for cron jobs and serverless functions.
-Handler failures are retried with backoff as usual (they do not fail the command).
-Exit code 1 when the backend refused to record an outcome (unsettled > 0).
+Sweep expired leases, lease at most --max due jobs of QUEUE, run the handler
+MODULE:OBJECT on them, record the outcomes and exit: a worker for cron jobs and
+serverless functions.  Handler failures are retried with backoff as usual (they do not
+fail the command).  Exit code 1 when the backend refused to record an outcome
+(unsettled > 0).  The handler comes first, as in `blamequeue worker`; the older order
+QUEUE MODULE:OBJECT still works for now, with a warning.
 
 examples:
-  blamequeue tick emails app.tasks:send_email
-  blamequeue tick emails app.tasks:send_email --max 100 --concurrency 8 --json
-  */5 * * * *  cd /srv/app && blamequeue tick reports app.tasks:render --max 50
+  blamequeue tick app.tasks:send_email emails
+  blamequeue tick app.tasks:send_email emails --max 100 --concurrency 8 --json
+  */5 * * * *  cd /srv/app && blamequeue tick app.tasks:render reports --max 50
 """
 
 
@@ -99,10 +103,12 @@ def add_parser(subparsers: Subparsers) -> None:
     add_queue_options(enqueue)
 
     tick = add_queue_command(subparsers, "tick", _TICK_MANUAL, run=_tick)
-    add_queue_argument(tick)
     tick.add_argument(
-        "target", metavar="MODULE:HANDLER", help="the handler, e.g. app.tasks:send_email"
+        "target",
+        metavar="MODULE:OBJECT",
+        help="the handler, e.g. app.tasks:send_email, or a Queue to run its registered tasks",
     )
+    add_queue_argument(tick)
     _add_options(tick, _TICK_OPTIONS)
     add_handler_options(tick)
     add_json_option(tick)
@@ -278,7 +284,20 @@ def _enqueue(args: argparse.Namespace) -> int:
     return with_queue(args, body, must_exist=False)
 
 
+def _handler_first(args: argparse.Namespace) -> None:
+    """``tick QUEUE MODULE:OBJECT`` (the order before the handler came first, as in ``worker``):
+    recognised when only the second argument can be a handler, put right, and warned about."""
+    if ":" not in args.target and ":" in args.queue:
+        args.target, args.queue = args.queue, args.target
+        say(
+            "warning: `blamequeue tick QUEUE MODULE:OBJECT` is deprecated and stops working in "
+            "the next release; give the handler first: "
+            f"blamequeue tick {shlex.quote(args.target)} {shlex.quote(args.queue)}"
+        )
+
+
 def _tick(args: argparse.Namespace) -> int:
+    _handler_first(args)
     handler = load_handler(args.target, args.app_dir)
 
     async def body(queue: Queue) -> int:
@@ -340,7 +359,11 @@ def _purge(args: argparse.Namespace) -> int:
             asked = question.format(queue=args.queue, size=size, backend=backend)
             if not await confirm(args, asked):
                 return EXIT_ERROR
-        deleted = await purge(args.queue, backend=backend)
+        deleted = await showing_activity(
+            progress_terminal(args.json),
+            what.format(queue=args.queue).replace("purge", "purging", 1),
+            lambda: purge(args.queue, backend=backend),
+        )
         if args.json:
             print_json({"queue": args.queue, "backend": backend, "deleted": deleted})
         else:

@@ -17,6 +17,8 @@ import anyio
 from blamequeue._validation import MAX_SECONDS, MAX_SECONDS_TEXT
 from blamequeue.errors import QueueError
 
+from ._terminal import Activity, Terminal
+
 __all__ = [
     "EXIT_ERROR",
     "EXIT_INTERRUPTED",
@@ -35,6 +37,7 @@ __all__ = [
     "positive_seconds",
     "run_on_loop",
     "say",
+    "showing_activity",
     "stopped_by_signals",
     "whole_number",
 ]
@@ -124,6 +127,31 @@ def run_on_loop(fn: Callable[[], Awaitable[T]], loop: str) -> T:
     if loop == "trio" and importlib.util.find_spec("trio") is None:
         raise UsageError("--loop trio needs trio installed: pip install trio")
     return anyio.run(fn, backend=loop)
+
+
+async def showing_activity(
+    terminal: Terminal | None, label: str, step: Callable[[], Awaitable[T]]
+) -> T:
+    """``await step()``, with an :class:`Activity` line redrawn on ``terminal`` (if any) while
+    it runs (see :func:`~._terminal.progress_terminal`)."""
+    if terminal is None:
+        return await step()
+    activity = Activity(terminal, label)
+    result: list[T] = []
+    try:
+        async with anyio.create_task_group() as tg:
+
+            async def redraw() -> None:
+                while True:
+                    activity.update()
+                    await anyio.sleep(0.1)
+
+            tg.start_soon(redraw)
+            result.append(await step())
+            tg.cancel_scope.cancel()
+    finally:
+        activity.close()
+    return result[0]
 
 
 @asynccontextmanager

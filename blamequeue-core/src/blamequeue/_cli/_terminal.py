@@ -1,5 +1,11 @@
 """What the CLI draws on a terminal: colour (only on a TTY, never with ``NO_COLOR``), a progress
-bar (redrawn in place on a TTY, plain lines elsewhere) and aligned tables."""
+bar (redrawn in place on a TTY, plain lines elsewhere), an activity line for one long step whose
+progress cannot be counted, and aligned tables.
+
+Commands whose output is a result (``bench``, ``purge``, ``dlq retry-all``) show progress only
+to a person: :func:`progress_terminal` is stderr when both stdout and stderr are terminals and
+the output is not ``--json``, else None (nothing drawn).  The demo, whose output *is* its
+progress, draws it everywhere."""
 
 from __future__ import annotations
 
@@ -10,7 +16,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TextIO
 
-__all__ = ["ProgressBar", "Terminal", "format_table"]
+__all__ = ["Activity", "ProgressBar", "Terminal", "format_table", "progress_terminal"]
 
 _STYLES = {
     "bold": "1",
@@ -68,6 +74,14 @@ class Terminal:
 
     def progress(self, total: int, label: str = "") -> ProgressBar:
         return ProgressBar(self, total, label)
+
+
+def progress_terminal(json_output: bool) -> Terminal | None:
+    """Where a command that prints a result draws its progress: stderr, when a person watches
+    (stdout and stderr are terminals) and the output is not JSON; None otherwise."""
+    if json_output or not (_isatty(sys.stdout) and _isatty(sys.stderr)):
+        return None
+    return Terminal(sys.stderr)
 
 
 class ProgressBar:
@@ -128,6 +142,42 @@ class ProgressBar:
             "." * (room - filled), "dim"
         )
         return f"{label}[{bar}]{counts}"
+
+
+class Activity:
+    """``purging queue 'emails' [   <=>    ] 1.4 s``, redrawn in place on a TTY: one long step
+    (a single atomic call to the backend) whose progress cannot be counted.  :meth:`close`
+    wipes the line, for the result printed after it."""
+
+    _WIDTH = 12
+    _MARKER = "<=>"
+
+    def __init__(self, terminal: Terminal, label: str) -> None:
+        self._term = terminal
+        self.label = label
+        self._started = time.monotonic()
+        self._frame = 0
+        self._closed = False
+
+    def update(self) -> None:
+        if self._closed or not self._term.tty:
+            return
+        self._term.stream.write("\r" + self.render() + "\x1b[K")
+        self._term.stream.flush()
+        self._frame += 1
+
+    def close(self) -> None:
+        if not self._closed and self._term.tty:
+            self._term.stream.write("\r\x1b[K")
+            self._term.stream.flush()
+        self._closed = True
+
+    def render(self) -> str:
+        room = self._WIDTH - len(self._MARKER)
+        step = self._frame % (2 * room)
+        at = step if step <= room else 2 * room - step  # back and forth
+        track = " " * at + self._term.style(self._MARKER, "green") + " " * (room - at)
+        return f"{self.label} [{track}] {time.monotonic() - self._started:.1f} s"
 
 
 def format_table(

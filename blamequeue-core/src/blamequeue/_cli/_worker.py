@@ -1,4 +1,4 @@
-"""``blamequeue worker MODULE:HANDLER``: run a handler over one or more queues until SIGINT or
+"""``blamequeue worker MODULE:OBJECT``: run a handler over one or more queues until SIGINT or
 SIGTERM, then shut down gracefully (running handlers finish, up to ``--shutdown-timeout``)."""
 
 from __future__ import annotations
@@ -49,8 +49,8 @@ _LOG_LEVELS = ("debug", "info", "warning", "error")
 _MANUAL = """\
 run a handler over one or more queues until SIGINT/SIGTERM
 
-Run MODULE:HANDLER over the given queues until SIGINT or SIGTERM, then
-shut down gracefully.
+Run the handler MODULE:OBJECT (a function, or a Queue whose registered tasks it
+runs) over the given queues until SIGINT or SIGTERM, then shut down gracefully.
 
 examples:
   blamequeue worker app.tasks:send_email --queue emails
@@ -84,14 +84,15 @@ def add_parser(subparsers: Subparsers) -> None:
     parser = add_command(subparsers, "worker", _MANUAL, run=run)
     parser.add_argument(
         "target",
-        metavar="MODULE:HANDLER",
-        help="the handler to run, e.g. app.tasks:send_email (an attribute path after ':')",
+        metavar="MODULE:OBJECT",
+        help="the handler to run, e.g. app.tasks:send_email (an attribute path after ':'), or "
+        "a Queue, e.g. app.jobs:queue, to run its registered tasks",
     )
     parser.add_argument(
         "-q",
         "--queue",
         dest="queues",
-        metavar="NAME",
+        metavar="QUEUE",
         action="append",
         required=True,
         help="queue to consume (repeat to consume several with the same handler)",
@@ -160,7 +161,7 @@ def load_handler(target: str, app_dir: str = ".") -> Handler:
     module_name, sep, attr_path = target.partition(":")
     if not sep or not module_name or not attr_path:
         raise UsageError(
-            f"the handler must be given as MODULE:HANDLER (e.g. app.tasks:send_email), "
+            f"the handler must be given as MODULE:OBJECT (e.g. app.tasks:send_email), "
             f"got {target!r}"
         )
     directory = str(Path(app_dir).resolve())
