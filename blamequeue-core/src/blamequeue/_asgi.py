@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from typing import Any
 
-__all__ = ["App", "Receive", "Scope", "Send", "respond", "serve_non_http"]
+__all__ = ["App", "Receive", "Scope", "Send", "read_only_method", "respond", "serve_non_http"]
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -28,6 +28,22 @@ async def serve_non_http(scope: Scope, receive: Receive, send: Send) -> None:
         elif message["type"] == "lifespan.shutdown":
             await send({"type": "lifespan.shutdown.complete"})
             return
+
+
+async def read_only_method(
+    scope: Scope, receive: Receive, send: Send, refusal: tuple[bytes, bytes]
+) -> str | None:
+    """``GET`` or ``HEAD``, the method of a request an app that only reads answers; ``None``
+    when the scope was answered here: not an HTTP request (:func:`serve_non_http`), or
+    another method (405 with ``refusal``, its body and content type)."""
+    if scope["type"] != "http":
+        await serve_non_http(scope, receive, send)
+        return None
+    method: str = scope.get("method", "GET")
+    if method in ("GET", "HEAD"):
+        return method
+    await respond(send, 405, *refusal, headers=[(b"allow", b"GET, HEAD")])
+    return None
 
 
 async def respond(

@@ -19,7 +19,7 @@ from typing import Any, Literal, Protocol
 
 import attrs
 
-from ._asgi import App, Receive, Scope, Send, respond, serve_non_http
+from ._asgi import App, Receive, Scope, Send, read_only_method, respond
 from ._clock import to_datetime
 from ._inspection import to_queue_info, to_worker_info
 from ._metrics import check_window, read_metrics
@@ -367,12 +367,8 @@ def health_app(
     limits = thresholds if thresholds is not None else HealthThresholds()
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await serve_non_http(scope, receive, send)
-            return
-        method = scope.get("method", "GET")
-        if method not in ("GET", "HEAD"):
-            await _respond(send, 405, {"error": "use GET or HEAD"}, head=False, allow=True)
+        method = await read_only_method(scope, receive, send, _REFUSAL)
+        if method is None:
             return
         try:
             report = await queue.health(limits, backend=backend)
@@ -384,9 +380,12 @@ def health_app(
     return app
 
 
-async def _respond(
-    send: Send, status: int, body: dict[str, Any], *, head: bool, allow: bool = False
-) -> None:
-    data = json.dumps(body, separators=(",", ":")).encode()
-    headers = [(b"allow", b"GET, HEAD")] if allow else []
-    await respond(send, status, data, b"application/json", head=head, headers=headers)
+def _json(body: dict[str, Any]) -> bytes:
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
+_REFUSAL = (_json({"error": "use GET or HEAD"}), b"application/json")
+
+
+async def _respond(send: Send, status: int, body: dict[str, Any], *, head: bool) -> None:
+    await respond(send, status, _json(body), b"application/json", head=head)

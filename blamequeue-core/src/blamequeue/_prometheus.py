@@ -14,7 +14,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from ._asgi import App, Receive, Scope, Send, respond, serve_non_http
+from ._asgi import App, Receive, Scope, Send, read_only_method, respond
 from ._health import QueueFigures, read_figures
 from ._metrics import read_totals
 from ._metrics_buffer import DURATION_BUCKETS, Totals
@@ -53,6 +53,8 @@ _FAMILIES = (
         "Seconds from handler start to settlement, per attempt.",
     ),
 )
+
+_REFUSAL = (b"use GET or HEAD\n", b"text/plain; charset=utf-8")
 
 Labels = Mapping[str, str]
 Sample = tuple[str, Labels, float]
@@ -183,13 +185,8 @@ def metrics_app(queue: Queue, *, backend: str | None = None) -> App:
     """
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await serve_non_http(scope, receive, send)
-            return
-        method = scope.get("method", "GET")
-        if method not in ("GET", "HEAD"):
-            allow = [(b"allow", b"GET, HEAD")]
-            await respond(send, 405, b"use GET or HEAD\n", b"text/plain", headers=allow)
+        method = await read_only_method(scope, receive, send, _REFUSAL)
+        if method is None:
             return
         try:
             status, body = 200, await exposition(queue, backend=backend)

@@ -76,11 +76,6 @@ def add_parser(subparsers: Subparsers) -> None:
 def _run(args: argparse.Namespace) -> int:
     require_hypercorn("the dashboard")
     bind = bind_host(args.host)
-    if bind is None:
-        raise UsageError(
-            f"--host {args.host!r} is not an address or host name to bind (give an IPv6 "
-            f"address without brackets, e.g. --host ::1)"
-        )
     loopback = is_loopback_host(bind)
     if args.read_only_open and not loopback:
         raise UsageError(

@@ -10,7 +10,7 @@ from blamequeue import metrics_app
 from blamequeue._dashboard import is_loopback_host
 
 from ._config import add_queue_command, add_queue_options, build_queue
-from ._running import Subparsers, UsageError, add_loop_option, say
+from ._running import Subparsers, add_loop_option, say
 from ._serving import bind_host, require_hypercorn, serve_app, url_of
 
 __all__ = ["add_parser"]
@@ -45,11 +45,6 @@ def add_parser(subparsers: Subparsers) -> None:
 def _run(args: argparse.Namespace) -> int:
     require_hypercorn("the metrics endpoint")
     bind = bind_host(args.host)
-    if bind is None:
-        raise UsageError(
-            f"--host {args.host!r} is not an address or host name to bind (give an IPv6 "
-            f"address without brackets, e.g. --host ::1)"
-        )
     queue = build_queue(args)
     app = metrics_app(queue, backend=args.backend)
     if not is_loopback_host(bind):

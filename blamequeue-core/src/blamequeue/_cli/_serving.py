@@ -28,12 +28,18 @@ def require_hypercorn(what: str) -> None:
         ) from None
 
 
-def bind_host(value: str) -> str | None:
-    """``--host`` as an address or host name to bind, or ``None`` when it is neither."""
+def bind_host(value: str) -> str:
+    """``--host`` as an address or host name to bind (a :class:`UsageError` when neither)."""
     try:
         return ipaddress.ip_address(value).compressed
     except ValueError:
-        return host_name(value) if ":" not in value else None
+        name = host_name(value) if ":" not in value else None
+    if name is None:
+        raise UsageError(
+            f"--host {value!r} is not an address or host name to bind (give an IPv6 "
+            f"address without brackets, e.g. --host ::1)"
+        )
+    return name
 
 
 def url_of(host: str, port: int) -> str:
