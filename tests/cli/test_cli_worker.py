@@ -3,6 +3,7 @@ a signal the way a process manager stops it."""
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -187,6 +188,26 @@ def test_worker_logs_failures_and_reports_dead_letters(
     assert "ValueError: cannot handle 3" in err
     assert "it goes to the dead-letter queue" in err
     assert "1 failed, 1 to the DLQ" in err
+
+
+def test_worker_log_format_json_writes_one_object_per_line(
+    app: Path, spawn_cli: SpawnCli, wait_until: WaitUntil
+) -> None:
+    db = app / "jobs.db"
+    [job_id] = enqueue(db, [{"n": 3}], max_attempts=1)
+
+    options = ("--path", str(db), "--log-format", "json")
+    proc = spawn_cli("worker", "tasks:always_fails", "--queue", "q", *options)
+    wait_until(lambda: sizes(db) == (0, 1), "the job to reach the dead-letter queue")
+
+    assert stop(proc) == 0
+    lines = [json.loads(line) for line in stderr_of(app).splitlines()]
+    assert all({"time", "level", "logger", "message"} <= set(line) for line in lines)
+    [failed] = [line for line in lines if line["level"] == "WARNING"]
+    fields = {key: failed[key] for key in ("job_id", "queue", "attempt", "backend")}
+    assert fields == {"job_id": job_id, "queue": "q", "attempt": 1, "backend": "default"}
+    assert "ValueError: cannot handle 3" in failed["exception"]
+    assert "1 to the DLQ" in lines[-1]["message"]
 
 
 def test_worker_takes_the_backend_from_blamequeue_env(

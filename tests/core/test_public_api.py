@@ -24,6 +24,7 @@ SPEC_NAMES = {
     "Consumer",
     "AuditEvent",
     "hookimpl",
+    "metrics_app",
 }
 
 

@@ -15,9 +15,12 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
+import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
-from blamequeue import Job, JobContext, Queue, QueueError
+from asgi_server import serving
+from blamequeue import Job, JobContext, Queue, QueueError, metrics_app
 from blamequeue.abc import Backend, Settlement
 from blamequeue_sqs import CountingClient
 from blamequeue_sqs import _messages as sqs_messages
@@ -706,3 +709,27 @@ async def test_a_payload_copied_into_a_forged_message_is_dead_lettered_as_tamper
         assert dead.last_error is not None
         assert "tampered" in dead.last_error
         assert SECRET not in dead.last_error
+
+
+# -- the Prometheus endpoint ----------------------------------------------------------------
+async def test_prometheus_reports_this_processs_totals_only(
+    sqs_queues: SqsQueues, anyio_backend: str
+) -> None:
+    """SQS keeps no shared records and cannot list its queues: the endpoint says the backend
+    answered and counts what this process settled, and nothing else."""
+    async with open_queue(sqs_queues.config()) as q:
+        await q.enqueue("emails", "x")
+        await q.tick("emails", noop)
+        async with serving(metrics_app(q), anyio_backend) as url, httpx.AsyncClient() as http:
+            answer = await http.get(f"{url}/metrics")
+    assert answer.status_code == 200
+    found = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(answer.text)
+        for s in family.samples
+    }
+    emails = (("backend", "sqs"), ("queue", "emails"))
+    assert found[("blamequeue_backend_up", (("backend", "sqs"),))] == 1
+    assert found[("blamequeue_jobs_processed_total", emails)] == 1
+    assert found[("blamequeue_job_duration_seconds_count", emails)] == 1
+    assert not any(name.startswith("blamequeue_queue_") for name, _ in found)

@@ -35,8 +35,6 @@ def bq_backend_config() -> Iterator[dict[str, Any]]:
 
 def test_the_required_class_alone_derives_no_capability_of_a_facet() -> None:
     caps = RequiredOnlyBackend.capabilities
-    assert not any(
-        (caps.dlq, caps.flows, caps.records, caps.unique, caps.inspection, caps.results)
-    )
+    assert not any((caps.dlq, caps.flows, caps.records, caps.unique, caps.inspection, caps.results))
     assert not any((caps.cancel, caps.progress_events, caps.cross_process_wakeup))
     assert not any((caps.global_rate_limit, caps.group_limits, caps.wait_and_lease))

@@ -8,7 +8,7 @@ import pytest
 
 pytest_plugins = ["pytester"]
 
-MODULE = '''
+MODULE = """
 import pytest
 from blamequeue import task
 
@@ -30,9 +30,9 @@ async def test_send(bq_queue):
     job_id = await send.dispatch({{}})
     assert (await bq_queue.tick("default", bq_queue.tasks)).succeeded == 1
     assert await bq_queue.result(job_id) == "{module}"
-'''
+"""
 
-LATER = '''
+LATER = """
 import pytest
 from blamequeue import QueueError
 from test_a import send
@@ -50,7 +50,7 @@ async def test_a_task_registered_in_an_earlier_test_is_not_on_this_queue(bq_queu
         await send.dispatch({})
     assert info.value.code == "queue/not-initialized"
     assert "not registered on a Queue" in info.value.message
-'''
+"""
 
 
 def test_two_modules_declare_a_task_of_the_same_name(pytester: pytest.Pytester) -> None:

@@ -47,6 +47,7 @@ from ._notifications import (
 )
 from ._outcomes import RateLimited, RetryLater, UnrecoverableError
 from ._progress import JobEvent, Subscription
+from ._prometheus import metrics_app
 from ._queue import Queue
 from ._schedules import Every, Schedule, ScheduleStatus
 from ._tasks import FunctionTask, PendingDispatch, Task, TaskRegistry, task
@@ -122,6 +123,7 @@ __all__ = [
     "health_app",
     "hookimpl",
     "listens_to",
+    "metrics_app",
     "task",
     "verify_signature",
 ]

@@ -250,7 +250,11 @@ def parse_backoff_option(value: Any, *, where: str = "backoff") -> Backoff | Bac
 
 
 def _asked(
-    function: BackoffFunction, attempt: int, error: BaseException, job_id: str
+    function: BackoffFunction,
+    attempt: int,
+    error: BaseException,
+    job_id: str,
+    log_extra: Mapping[str, Any],
 ) -> float | None:
     """The answer of a backoff function, or ``None`` (logged) when it is not a delay."""
     try:
@@ -261,7 +265,7 @@ def _asked(
             job_id,
             function,
             exc,
-            extra={"job_id": job_id, "attempt": attempt},
+            extra=log_extra,
         )
         return None
     if inspect.iscoroutine(answer):
@@ -274,7 +278,7 @@ def _asked(
             function,
             answer,
             MAX_SECONDS_TEXT,
-            extra={"job_id": job_id, "attempt": attempt},
+            extra=log_extra,
         )
         return None
     return float(answer)
@@ -289,22 +293,26 @@ def retry_delay(
     task: BackoffFunction | None,
     worker: Backoff | BackoffFunction | None,
     backend: Backoff,
+    log_extra: Mapping[str, Any],
 ) -> float:
     """Seconds a job waits after failed attempt number ``attempt``: from the first backoff
     of the job's ``own`` spec (its meta), the ``task``'s function, the ``worker``'s (``consume``
     or ``tick``) and the ``backend``'s.  An unreadable spec or a function that raises or
-    answers no valid delay is logged and falls back to the backend's backoff."""
+    answers no valid delay is logged (with ``log_extra``, the job's fields) and falls back to
+    the backend's backoff."""
     if own is not None:
         try:
             return parse_backoff(own).delay(attempt, job_id)
         except QueueError:
-            log.warning("job %s has an unreadable backoff; using the backend's", job_id)
+            log.warning(
+                "job %s has an unreadable backoff; using the backend's", job_id, extra=log_extra
+            )
             return backend.delay(attempt, job_id)
     for choice in (task, worker):
         if choice is None:
             continue
         if isinstance(choice, Backoff):
             return choice.delay(attempt, job_id)
-        answer = _asked(choice, attempt, error, job_id)
+        answer = _asked(choice, attempt, error, job_id, log_extra)
         return backend.delay(attempt, job_id) if answer is None else answer
     return backend.delay(attempt, job_id)

@@ -123,7 +123,7 @@ class JobContext:
         self._lease.progress = float(percent)
         at = self._runtime.clock.now()
         event = seal_progress(self._runtime, self.job, percent, data, at)
-        await publish_progress(self._runtime, self.job.id, event, at)
+        await publish_progress(self._runtime, self.job, event, at)
         if self._journal is not None:
             await self._journal.progress(event, at)
         events = self._runtime.events

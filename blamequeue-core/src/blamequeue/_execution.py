@@ -20,6 +20,7 @@ from ._backoff import Backoff, BackoffFunction, retry_delay
 from ._batches import on_batch_job, skip_job
 from ._clock import to_datetime
 from ._context import JobContext, LeaseState, SyncJobContext
+from ._job_logging import job_extra
 from ._job_logs import JobJournal
 from ._job_meta import JobMeta
 from ._job_seals import error_place, last_error_of, open_context, payload_place_of
@@ -74,7 +75,7 @@ def to_dead_letter(runtime: BackendRuntime, stored: StoredJob) -> DeadLetter:
         payload = runtime.codec.decode_payload(stored.payload, payload_place_of(stored))
     except QueueError as exc:
         payload = None
-        log.warning("dead job %s: %s", stored.id, exc)
+        log.warning("dead job %s: %s", stored.id, exc, extra=job_extra(runtime.name, stored))
     return DeadLetter(
         job_id=stored.id,
         queue=stored.queue,
@@ -163,11 +164,13 @@ def failure(
         what_next,
         message.split("\n", 1)[0],
         exc_info=exc,
+        extra=job_extra(runtime.name, stored),
     )
     if retrying:
         delay = retry_delay(
             attempt=stored.attempts,
             job_id=stored.id,
+            log_extra=job_extra(runtime.name, stored),
             error=exc or cause or RuntimeError(message.split("\n", 1)[0]),
             own=attempt.meta.backoff,
             task=attempt.task_backoff,
@@ -218,7 +221,7 @@ def defer(runtime: BackendRuntime, attempt: Attempt, exc: RetryLater, seconds: f
         stored.queue,
         type(exc).__name__,
         seconds,
-        extra={"job_id": stored.id, "queue": stored.queue, "attempt": stored.attempts},
+        extra=job_extra(runtime.name, stored),
     )
     return Settlement(
         job_id=stored.id, token=attempt.lease.token, outcome="release", at=now + seconds
@@ -280,7 +283,7 @@ async def _run_handler(runtime: BackendRuntime, attempt: Attempt, handler: Handl
     except SealKeyMissingError as exc:
         # Not the job's fault but this process's: hand it back untouched (the attempt given
         # back) and stop leasing here, so a worker missing a key never drains the queue.
-        runtime.seal_key_missing(exc, attempt.job.queue)
+        runtime.seal_key_missing(exc, attempt.job)
         return release(runtime, attempt)
     except QueueError as exc:
         # An unreadable row can never succeed: straight to the DLQ, the worker lives on.
@@ -341,7 +344,12 @@ async def _call_handler(
             None
             if value is None or not keep
             else encode_result(
-                runtime.codec, value, job.queue, job.id, max_bytes=runtime.max_payload_bytes
+                runtime.codec,
+                value,
+                job.queue,
+                job.id,
+                max_bytes=runtime.max_payload_bytes,
+                log_extra=job_extra(runtime.name, job),
             )
         ),
     )
@@ -438,6 +446,14 @@ async def settle(
                 emit_deferred(runtime, a)
             continue
         observe(runtime, a, outcome)
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "job %s on %r settled: %s",
+                a.job.id,
+                a.job.queue,
+                _SETTLED[outcome],
+                extra=job_extra(runtime.name, a.job),
+            )
         if outcome in ("done", "dead") and a.meta.batch is not None:
             await _count_in_batch(runtime, a, outcome)
         if runtime.events.wants(_EVENT_OF[outcome]):
@@ -472,7 +488,12 @@ async def _count_in_batch(runtime: BackendRuntime, attempt: Attempt, outcome: st
         await on_batch_job(runtime, attempt.job, attempt.meta.batch, outcome, attempt.error)
     except QueueError as exc:
         # The job's own settlement is stored; its batch misses this count (logged loudly).
-        log.error("batch of job %s not updated: %s", attempt.job.id, exc)
+        log.error(
+            "batch of job %s not updated: %s",
+            attempt.job.id,
+            exc,
+            extra=job_extra(runtime.name, attempt.job),
+        )
 
 
 def _finished_at(runtime: BackendRuntime, attempt: Attempt, outcome: str) -> float:
@@ -484,6 +505,7 @@ def _finished_at(runtime: BackendRuntime, attempt: Attempt, outcome: str) -> flo
 
 
 _EVENT_OF = {"done": "job.completed", "retry": "job.retrying", "dead": "job.failed"}
+_SETTLED = {"done": "succeeded", "retry": "failed, to be retried", "dead": "sent to the DLQ"}
 
 
 def emit_deferred(runtime: BackendRuntime, attempt: Attempt) -> None:

@@ -19,15 +19,15 @@ from typing import Any, Literal, Protocol
 
 import attrs
 
-from ._asgi import App, Receive, Scope, Send, serve_non_http
+from ._asgi import App, Receive, Scope, Send, read_only_method, respond
 from ._clock import to_datetime
 from ._inspection import to_queue_info, to_worker_info
 from ._metrics import check_window, read_metrics
-from ._models import BackendStatus, BreakerState, WorkerInfo
+from ._models import BackendStatus, BreakerState, QueueInfo, WorkerInfo
 from ._presence import LIVE_FOR
 from ._runtime import BackendRuntime
 from ._validation import MAX_SECONDS
-from .abc import Inspection
+from .abc import Inspection, QueueStats, WorkerRecord
 from .errors import BadArgumentError, QueueError
 
 __all__ = [
@@ -35,9 +35,11 @@ __all__ = [
     "HealthReport",
     "HealthStatus",
     "HealthThresholds",
+    "QueueFigures",
     "QueueHealth",
     "check_report",
     "health_app",
+    "read_figures",
 ]
 
 HealthStatus = Literal["healthy", "degraded", "unhealthy"]
@@ -187,30 +189,66 @@ def _past(
     )
 
 
-async def _backend_health(
-    runtime: BackendRuntime, thresholds: HealthThresholds, now: float
-) -> tuple[list[QueueHealth], list[WorkerInfo], list[HealthAlert]]:
+@attrs.frozen(kw_only=True)
+class QueueFigures:
+    """What a backend holds for one queue now (health checks, the Prometheus endpoint)."""
+
+    info: QueueInfo
+    stats: QueueStats
+    oldest_age: float | None
+    """Seconds the longest-waiting due job has waited (``None``: none is due)."""
+    workers: int
+    """Live workers consuming the queue."""
+
+    @property
+    def due(self) -> int:
+        """Pending jobs that are due (``info.pending`` counts the delayed ones too)."""
+        return self.info.pending - self.stats.delayed
+
+
+async def read_figures(
+    runtime: BackendRuntime, now: float
+) -> tuple[list[QueueFigures], list[WorkerRecord]]:
+    """Every queue holding jobs (by name) and the live workers, of an inspection backend."""
     backend = Inspection.of(runtime.backend)
-    alerts: list[HealthAlert] = []
     counts = await runtime.call("queue_counts", backend.queue_counts)
     records = await runtime.call(
         "list_workers", lambda: backend.list_workers(alive_since=now - LIVE_FOR)
     )
-    workers = [to_worker_info(runtime.name, record) for record in records]
     per_queue: dict[str, int] = {}
     for record in records:
         per_queue[record.queue] = per_queue.get(record.queue, 0) + 1
-    queues: list[QueueHealth] = []
+    figures = []
     for name in sorted(counts):
-        info = to_queue_info(runtime.name, name, counts[name])
         stats = await runtime.call(
             "queue_stats", functools.partial(backend.queue_stats, name, now=now)
         )
+        figures.append(
+            QueueFigures(
+                info=to_queue_info(runtime.name, name, counts[name]),
+                stats=stats,
+                oldest_age=None
+                if stats.oldest_due_at is None
+                else max(0.0, now - stats.oldest_due_at),
+                workers=per_queue.get(name, 0),
+            )
+        )
+    return figures, records
+
+
+async def _backend_health(
+    runtime: BackendRuntime, thresholds: HealthThresholds, now: float
+) -> tuple[list[QueueHealth], list[WorkerInfo], list[HealthAlert]]:
+    alerts: list[HealthAlert] = []
+    figures, records = await read_figures(runtime, now)
+    workers = [to_worker_info(runtime.name, record) for record in records]
+    queues: list[QueueHealth] = []
+    for figure in figures:
+        info, stats, name = figure.info, figure.stats, figure.info.name
         error_rate = None
-        if backend.capabilities.records:
+        if runtime.backend.capabilities.records:
             error_rate = (await read_metrics(runtime, name, thresholds.error_window)).error_rate
-        due = info.pending - stats.delayed
-        age = None if stats.oldest_due_at is None else max(0.0, now - stats.oldest_due_at)
+        due, age = figure.due, figure.oldest_age
         mine: list[HealthAlert] = []
         common = {"backend": runtime.name, "queue": name}
         _past(mine, thresholds, **common, check="pending", value=due,
@@ -221,7 +259,7 @@ async def _backend_health(
               limit=thresholds.max_error_rate, what="the error rate")  # fmt: skip
         _past(mine, thresholds, **common, check="dead", value=info.dead,
               limit=thresholds.max_dead, what="the number of dead jobs")  # fmt: skip
-        live = per_queue.get(name, 0)
+        live = figure.workers
         wanted = thresholds.min_workers
         if wanted is not None and due > 0 and live < wanted:
             mine.append(
@@ -329,12 +367,8 @@ def health_app(
     limits = thresholds if thresholds is not None else HealthThresholds()
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await serve_non_http(scope, receive, send)
-            return
-        method = scope.get("method", "GET")
-        if method not in ("GET", "HEAD"):
-            await _respond(send, 405, {"error": "use GET or HEAD"}, head=False, allow=True)
+        method = await read_only_method(scope, receive, send, _REFUSAL)
+        if method is None:
             return
         try:
             report = await queue.health(limits, backend=backend)
@@ -346,16 +380,12 @@ def health_app(
     return app
 
 
-async def _respond(
-    send: Send, status: int, body: dict[str, Any], *, head: bool, allow: bool = False
-) -> None:
-    data = json.dumps(body, separators=(",", ":")).encode()
-    headers = [
-        (b"content-type", b"application/json"),
-        (b"content-length", str(len(data)).encode()),
-        (b"cache-control", b"no-store"),
-    ]
-    if allow:
-        headers.append((b"allow", b"GET, HEAD"))
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": b"" if head else data})
+def _json(body: dict[str, Any]) -> bytes:
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
+_REFUSAL = (_json({"error": "use GET or HEAD"}), b"application/json")
+
+
+async def _respond(send: Send, status: int, body: dict[str, Any], *, head: bool) -> None:
+    await respond(send, status, _json(body), b"application/json", head=head)

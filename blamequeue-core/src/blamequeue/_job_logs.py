@@ -34,6 +34,7 @@ import anyio
 
 from ._clock import to_datetime
 from ._codec import dumps, job_place
+from ._job_logging import job_extra
 from ._models import JobLogLine, JobProgress
 from ._progress import open_progress
 from ._records import RecordStore, decode_value
@@ -108,6 +109,7 @@ class JobJournal:
     def __init__(self, runtime: BackendRuntime, stored: StoredJob) -> None:
         self._runtime = runtime
         self._job_id, self._queue, self._attempt = stored.id, stored.queue, stored.attempts
+        self._extra = job_extra(runtime.name, stored)
         self._key = _key(stored)
         # Made on first use: most jobs never log nor report progress.
         self._log_lock: anyio.Lock | None = None
@@ -138,6 +140,7 @@ class JobJournal:
                     "records (e.g. 'local', 'redis') to read them with job_logs()",
                     runtime.name,
                     runtime.protocol,
+                    extra=self._extra,
                 )
             return
         codec = self._runtime.codec
@@ -160,7 +163,9 @@ class JobJournal:
             raise
         except QueueError as exc:
             # The store is down, say: the handler's work matters more than its log line.
-            log.warning("a log line of job %s was not kept: %s", self._job_id, exc)
+            log.warning(
+                "a log line of job %s was not kept: %s", self._job_id, exc, extra=self._extra
+            )
 
     async def progress(self, event: str, now: float) -> None:
         """Keep ``event`` (sealed, as published) as the job's last progress, at most once per
@@ -191,7 +196,9 @@ class JobJournal:
             try:
                 await store.put(PROGRESS_KIND, self._key, event, expires_at=self._expiry(at))
             except QueueError as exc:
-                log.warning("the progress of job %s was not kept: %s", self._job_id, exc)
+                log.warning(
+                    "the progress of job %s was not kept: %s", self._job_id, exc, extra=self._extra
+                )
 
 
 async def read_logs(runtime: BackendRuntime, stored: StoredJob) -> list[JobLogLine]:
@@ -212,7 +219,12 @@ async def read_logs(runtime: BackendRuntime, stored: StoredJob) -> list[JobLogLi
                 )
             )
         except (QueueError, KeyError, TypeError, ValueError) as exc:
-            log.warning("an unreadable log line of job %s was skipped: %s", stored.id, exc)
+            log.warning(
+                "an unreadable log line of job %s was skipped: %s",
+                stored.id,
+                exc,
+                extra=job_extra(runtime.name, stored),
+            )
     return lines
 
 
@@ -240,5 +252,10 @@ def _progress_of(
             percent=float(body["percent"]), data=body.get("data"), time=to_datetime(body["at"])
         )
     except (QueueError, KeyError, TypeError, ValueError) as exc:
-        log.warning("the unreadable last progress of job %s was skipped: %s", stored.id, exc)
+        log.warning(
+            "the unreadable last progress of job %s was skipped: %s",
+            stored.id,
+            exc,
+            extra=job_extra(runtime.name, stored),
+        )
         return None

@@ -7,7 +7,9 @@ per backend) and added to the shared records once a second by the queue's flush 
 end of a ``tick`` and at shutdown, so the hot path pays a dict update per job.  A process that
 dies loses at most its last unflushed second.  Minutes are kept :data:`KEEP_MINUTES` and the
 latest :data:`ERRORS_KEPT` errors per queue (a ring of records, so their number is bounded
-whatever fails); error texts are sealed like ``last_error``.
+whatever fails); error texts are sealed like ``last_error``.  Each queue also has one record of
+all-time totals with the durations' histogram (:class:`Totals`, the Prometheus endpoint's
+counters), which never expires; on a backend without shared records each process keeps its own.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import attrs
 
 from ._clock import to_datetime
 from ._codec import place
-from ._metrics_buffer import PendingError, Tally
+from ._metrics_buffer import PendingError, Tally, Totals
 from ._records import RecordStore, decode_value
 from ._runtime import BackendRuntime
 from .errors import BadArgumentError
@@ -36,6 +38,7 @@ __all__ = [
     "check_window",
     "flush_metrics",
     "read_metrics",
+    "read_totals",
 ]
 
 KEEP_MINUTES = 24 * 60
@@ -47,7 +50,7 @@ ERRORS_KEPT = 50
 FLUSH_INTERVAL = 1.0
 """Seconds (of the queue's clock) between two flushes of a process's tallies."""
 
-_METRICS, _ERRORS, _ERROR_SEQ = "metrics", "errors", "errors-seq"
+_METRICS, _ERRORS, _ERROR_SEQ, _TOTALS = "metrics", "errors", "errors-seq", "metrics-totals"
 
 
 @attrs.frozen(kw_only=True)
@@ -113,18 +116,24 @@ async def flush_metrics(runtime: BackendRuntime) -> None:
     if not buffer and not buffer.flushing.locked():
         return
     async with buffer.flushing:
-        tallies, errors = buffer.take()
+        tallies, errors, totals = buffer.take()
         if runtime.backend.capabilities.records:
-            await _write(runtime, tallies, errors)
-        # Else nowhere to keep them: dropped, so the tallies never grow.
+            await _write(runtime, tallies, errors, totals)
+        else:
+            # Nowhere to share them: the minutes are dropped, so they never grow; the
+            # totals (one per queue) stay with this process.
+            buffer.keep(totals)
 
 
 async def _write(
     runtime: BackendRuntime,
     tallies: dict[tuple[str, int], Tally],
     errors: dict[str, list[PendingError]],
+    totals: dict[str, Totals],
 ) -> None:
     store = RecordStore(runtime)
+    for queue, more in totals.items():
+        await store.add(_TOTALS, queue_prefix(queue), more.counters())
     for (queue, minute), tally in tallies.items():
         deltas = {name: value for name, value in attrs.asdict(tally).items() if value}
         await store.add(
@@ -153,6 +162,21 @@ async def _write(
                 },
                 expires_at=item.at + KEEP_MINUTES * 60.0,
             )
+
+
+async def read_totals(runtime: BackendRuntime) -> dict[str, Totals]:
+    """Every queue's all-time totals, by queue name: as every process sharing the backend
+    flushed them, or this process's own on a backend without shared records."""
+    await flush_metrics(runtime)  # this process's own latest second counts too
+    buffer = runtime.metrics
+    if not runtime.backend.capabilities.records:
+        return {queue: Totals.from_counters(t.counters()) for queue, t in buffer.kept.items()}
+    totals: dict[str, Totals] = {}
+    for record in await RecordStore(runtime).list(_TOTALS):
+        length, _, rest = record.key.partition(":")
+        if length.isdigit():  # the key is queue_prefix(queue)
+            totals[rest[: int(length)]] = Totals.from_counters(record.counters)
+    return totals
 
 
 def _error_place(queue: str, job_id: str) -> bytes:

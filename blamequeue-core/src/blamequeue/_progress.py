@@ -19,6 +19,7 @@ import attrs
 
 from ._clock import to_datetime
 from ._codec import dumps, job_place
+from ._job_logging import job_extra
 from ._job_seals import last_error_of
 from ._results import LIVE_STATES, POLL_MAX, get_stored, not_found
 from .abc import JobEvents, JobWatch, StoredJob
@@ -77,16 +78,21 @@ def open_progress(runtime: BackendRuntime, event: str, queue: str, job_id: str) 
     return runtime.codec.decode_payload(event, progress_place(queue, job_id))
 
 
-async def publish_progress(runtime: BackendRuntime, job_id: str, event: str, now: float) -> None:
+async def publish_progress(runtime: BackendRuntime, job: Job, event: str, now: float) -> None:
     """Hand one sealed progress event to the backend for subscribers in any process.  Best
     effort: a backend that cannot publish it just logs, the handler carries on."""
     backend = runtime.backend
     if not isinstance(backend, JobEvents):
         return
     try:
-        await backend.publish_progress(job_id, event, now=now)
+        await backend.publish_progress(job.id, event, now=now)
     except QueueError as exc:
-        log.debug("progress event of job %s not published: %s", job_id, exc)
+        log.debug(
+            "progress event of job %s not published: %s",
+            job.id,
+            exc,
+            extra=job_extra(runtime.name, job),
+        )
 
 
 class Subscription:
@@ -198,7 +204,12 @@ class Subscription:
             )
         except (QueueError, KeyError, TypeError, ValueError) as exc:
             # Another process sealing with a key this one lacks, say: skip, keep listening.
-            log.warning("unreadable progress event for job %s skipped: %s", self.job_id, exc)
+            log.warning(
+                "unreadable progress event for job %s skipped: %s",
+                self.job_id,
+                exc,
+                extra={} if self._last is None else job_extra(self._runtime.name, self._last),
+            )
             return None
 
     def _final(self, stored: StoredJob | None) -> JobEvent:

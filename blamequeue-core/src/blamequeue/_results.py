@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ._codec import Codec, dumps, job_place
@@ -60,7 +60,13 @@ def result_place(queue: str, job_id: str) -> bytes:
 
 
 def encode_result(
-    codec: Codec, value: Any, queue: str, job_id: str, *, max_bytes: int | None = None
+    codec: Codec,
+    value: Any,
+    queue: str,
+    job_id: str,
+    *,
+    max_bytes: int | None = None,
+    log_extra: Mapping[str, Any] | None = None,
 ) -> str | None:
     """What a ``done`` settlement stores for the handler's return value; one whose JSON is
     over ``max_bytes`` (the backend's ``max_payload_bytes``) is not kept, like one JSON
@@ -78,6 +84,7 @@ def encode_result(
             job_id,
             why,
             exc.code,
+            extra=log_extra,
         )
         envelope = {"unserialisable": why}
         if exc.code == "queue/payload-too-large":

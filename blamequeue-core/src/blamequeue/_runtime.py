@@ -16,6 +16,7 @@ from ._backoff import Backoff, parse_backoff
 from ._codec import Codec
 from ._deferred import is_deferred
 from ._events import EventBus
+from ._job_logging import job_extra
 from ._job_meta import JobMeta
 from ._metrics_buffer import MetricsBuffer
 from ._plugins import PluginRegistry
@@ -104,10 +105,10 @@ class BackendRuntime:
         ``retain_done=0`` or ``retain_done_count=0``."""
         return self.retain_done > 0 and self.retention.done_count != 0
 
-    def seal_key_missing(self, error: SealKeyMissingError, queue: str) -> None:
+    def seal_key_missing(self, error: SealKeyMissingError, stored: StoredJob) -> None:
         """A leased job was sealed with a key this process lacks: say so loudly (log,
         ``queue.error`` event, health) and stop leasing here."""
-        first = self.missing_seal_key is None
+        queue, first = stored.queue, self.missing_seal_key is None
         self.missing_seal_key = error.key_id or "?"
         if first:
             log.error(
@@ -117,6 +118,7 @@ class BackendRuntime:
                 self.name,
                 queue,
                 self.missing_seal_key,
+                extra=job_extra(self.name, stored),
             )
         self.events.emit(
             "queue.error",

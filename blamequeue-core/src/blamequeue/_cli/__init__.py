@@ -27,6 +27,7 @@ from . import (
     _inspect,
     _keygen,
     _logs,
+    _metrics_serve,
     _ops,
     _pause,
     _result,
@@ -117,6 +118,7 @@ def build_parser() -> Parser:
     _health.add_parser(subparsers)
     _pause.add_parser(subparsers)
     _dashboard.add_parser(subparsers)
+    _metrics_serve.add_parser(subparsers)
     _result.add_parser(subparsers)
     _dlq.add_parser(subparsers)
     _bench.add_parser(subparsers)

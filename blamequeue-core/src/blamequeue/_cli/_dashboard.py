@@ -8,17 +8,15 @@ printed in the address's fragment, which the browser keeps to itself) unless
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import os
 import secrets
 
-import anyio
-
-from blamequeue._dashboard import dashboard_app, host_name, is_loopback_host
+from blamequeue._dashboard import dashboard_app, is_loopback_host
 
 from ._config import add_queue_command, add_queue_options, build_queue
 from ._output import fields_of
-from ._running import EXIT_OK, Subparsers, UsageError, add_loop_option, run_on_loop, say
+from ._running import Subparsers, UsageError, add_loop_option, say
+from ._serving import bind_host, require_hypercorn, serve_app, url_of
 
 __all__ = ["add_parser"]
 
@@ -75,30 +73,9 @@ def add_parser(subparsers: Subparsers) -> None:
     add_queue_options(parser)
 
 
-def _bind_host(value: str) -> str | None:
-    try:
-        return ipaddress.ip_address(value).compressed
-    except ValueError:
-        return host_name(value) if ":" not in value else None
-
-
-def _url(host: str, port: int) -> str:
-    return f"http://[{host}]:{port}/" if ":" in host else f"http://{host}:{port}/"
-
-
 def _run(args: argparse.Namespace) -> int:
-    try:
-        from hypercorn.config import Config
-    except ImportError:
-        raise UsageError(
-            "the dashboard is served by hypercorn: pip install 'blamequeue[dashboard]'"
-        ) from None
-    bind = _bind_host(args.host)
-    if bind is None:
-        raise UsageError(
-            f"--host {args.host!r} is not an address or host name to bind (give an IPv6 "
-            f"address without brackets, e.g. --host ::1)"
-        )
+    require_hypercorn("the dashboard")
+    bind = bind_host(args.host)
     loopback = is_loopback_host(bind)
     if args.read_only_open and not loopback:
         raise UsageError(
@@ -118,10 +95,7 @@ def _run(args: argparse.Namespace) -> int:
             f"(behind a proxy). Requests are answered only for loopback names and "
             f"{', '.join(args.allowed_hosts) or '(no --allowed-host given)'}"
         )
-    config = Config()
-    config.bind = [f"[{args.host}]:{args.port}" if ":" in args.host else f"{args.host}:{args.port}"]
-    config.accesslog = None
-    url = _url(args.host, args.port)
+    url = url_of(args.host, args.port)
     if from_env:
         # The operator has it; a token never goes to the terminal (or a log that keeps it).
         opening = f"{url} (open {url}#token=<BLAMEQUEUE_DASHBOARD_TOKEN> or type it in the page)"
@@ -132,29 +106,5 @@ def _run(args: argparse.Namespace) -> int:
         if args.read_only_open
         else ("the token is needed to read and to act")
     )
-
-    async def serve() -> int:
-        if args.loop == "trio":
-            from hypercorn.trio import serve as serve_app
-        else:
-            from hypercorn.asyncio import serve as serve_app  # type: ignore[assignment]
-        async with queue:
-            say(f"blamequeue dashboard on {opening}; {mode}; Ctrl-C stops")
-            stop = anyio.Event()
-
-            async def on_signal() -> None:
-                import signal
-
-                with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-                    async for _ in signals:
-                        stop.set()
-                        return
-
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(on_signal)
-                await serve_app(app, config, shutdown_trigger=stop.wait)  # type: ignore[arg-type]
-                tg.cancel_scope.cancel()
-        return EXIT_OK
-
-    code: int = run_on_loop(serve, args.loop)
-    return code
+    banner = f"blamequeue dashboard on {opening}; {mode}; Ctrl-C stops"
+    return serve_app(queue, app, host=args.host, port=args.port, loop=args.loop, banner=banner)

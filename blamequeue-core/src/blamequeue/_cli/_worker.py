@@ -24,6 +24,7 @@ from blamequeue import Consumer, Queue, __version__
 from blamequeue._execution import Handler
 
 from ._config import add_queue_options, backend_config, build_queue, load_config
+from ._log_format import LOG_FORMATS, say_as_log, use_json_logs
 from ._running import (
     EXIT_INTERRUPTED,
     EXIT_OK,
@@ -140,6 +141,13 @@ def add_parser(subparsers: Subparsers) -> None:
         choices=_LOG_LEVELS,
         default="info",
         help="failed jobs log at warning, each finished job at debug (default: info)",
+    )
+    parser.add_argument(
+        "--log-format",
+        choices=LOG_FORMATS,
+        default="text",
+        help="json: every stderr line is one JSON object (time, level, logger, message, a "
+        "job's job_id / queue / attempt / backend, exception) (default: text)",
     )
 
 
@@ -268,6 +276,14 @@ def _summary(consumers: list[Consumer], seconds: float) -> str:
     return f"blamequeue worker: stopped after {seconds:.1f} s\n  " + "\n  ".join(lines)
 
 
+def _say(args: argparse.Namespace, message: str) -> None:
+    """A line for the operator on stderr, a JSON object with ``--log-format json``."""
+    if args.log_format == "json":
+        say_as_log(message, log.name)
+    else:
+        say(message)
+
+
 async def _serve(args: argparse.Namespace, queue: Queue, handler: Handler) -> int:
     started = time.monotonic()
     consumers: list[Consumer] = []
@@ -277,9 +293,10 @@ async def _serve(args: argparse.Namespace, queue: Queue, handler: Handler) -> in
         nonlocal forced
         async for signum in signals:
             forced = True
-            say(
+            _say(
+                args,
                 f"blamequeue worker: {signal.Signals(signum).name} again; cancelling running "
-                f"handlers, their jobs go back to pending"
+                f"handlers, their jobs go back to pending",
             )
             for consumer in consumers:
                 consumer.abort()
@@ -303,18 +320,20 @@ async def _serve(args: argparse.Namespace, queue: Queue, handler: Handler) -> in
                         )
                     )
                 queues = ", ".join(repr(name) for name in args.queues)
-                say(
+                _say(
+                    args,
                     f"blamequeue worker {__version__} (pid {os.getpid()}, {args.loop}): "
                     f"{args.target} on {queues}, concurrency {args.concurrency}, "
                     f"lease {args.lease:g} s, backend {_where(args)}\n"
-                    f"  stop with Ctrl-C or SIGTERM"
+                    f"  stop with Ctrl-C or SIGTERM",
                 )
                 async for signum in signals:
                     running = sum(consumer.in_flight for consumer in consumers)
-                    say(
+                    _say(
+                        args,
                         f"blamequeue worker: {signal.Signals(signum).name} received; no new "
                         f"jobs, waiting up to {args.shutdown_timeout:g} s for {running} running "
-                        f"handler(s) (signal again to cancel them now)"
+                        f"handler(s) (signal again to cancel them now)",
                     )
                     break
                 tg.start_soon(cancel_on_second_signal, signals)
@@ -323,11 +342,13 @@ async def _serve(args: argparse.Namespace, queue: Queue, handler: Handler) -> in
                 # it must run at the same cancel-scope depth as start().
                 await queue.shutdown(timeout=args.shutdown_timeout)
             tg.cancel_scope.cancel()
-    say(_summary(consumers, time.monotonic() - started))
+    _say(args, _summary(consumers, time.monotonic() - started))
     return EXIT_INTERRUPTED if forced else EXIT_OK
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.log_format == "json":
+        use_json_logs()
     handler = load_handler(args.target, args.app_dir)
     queue = build_queue(args, must_exist=False)
     serve: Callable[[], Any] = functools.partial(_serve, args, queue, handler)
