@@ -19,7 +19,7 @@ def test_a_missing_or_unreadable_meta_reads_as_empty(text: str | None) -> None:
 def test_each_key_reads_as_its_owner_wrote_it() -> None:
     text = (
         '{"task":"send","context":"bq1:k:sealed","batch":"batch-1","flow_name":"b",'
-        '"backoff":[1,2],"timeout":30,"later":"kept out"}'
+        '"backoff":[1,2],"timeout":30,"trace":{"traceparent":"00-ab-cd-01"},"later":"kept out"}'
     )
     assert JobMeta.parse(text) == JobMeta(
         task="send",
@@ -28,6 +28,7 @@ def test_each_key_reads_as_its_owner_wrote_it() -> None:
         flow_name="b",
         backoff=[1, 2],
         timeout=30.0,
+        trace={"traceparent": "00-ab-cd-01"},
     )
 
 
@@ -42,6 +43,8 @@ def test_each_key_reads_as_its_owner_wrote_it() -> None:
         ('{"timeout": 1e999}', "timeout", None),
         ('{"timeout": "30"}', "timeout", None),
         ('{"context": {"user": 1}}', "context", {"user": 1}),
+        ('{"trace": "00-ab-cd-01"}', "trace", None),
+        ('{"trace": {"traceparent": 1, "tracestate": "a=b"}}', "trace", {"tracestate": "a=b"}),
     ],
 )
 def test_a_value_no_core_could_have_written_reads_as_absent(

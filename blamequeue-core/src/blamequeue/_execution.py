@@ -31,6 +31,7 @@ from ._results import encode_result
 from ._runtime import BackendRuntime
 from ._tasks import TaskRegistry
 from ._timeouts import run_within, timeout_error
+from ._tracing import note_failure, traced_attempt
 from ._validation import is_duration
 from .abc import Lease, Settlement, StoredJob
 from .errors import QueueError, SealKeyMissingError
@@ -146,6 +147,7 @@ def failure(
     now = runtime.clock.now()
     error = runtime.codec.encode_error(message, error_place(stored))
     attempt.error = message
+    note_failure(exc or cause)
     unrecoverable = isinstance(exc, UnrecoverableError)
     retrying = stored.attempts < stored.max_attempts and not unrecoverable
     if retrying:
@@ -237,6 +239,7 @@ def release(runtime: BackendRuntime, attempt: Attempt) -> Settlement:
     )
 
 
+@traced_attempt
 async def run_attempt(runtime: BackendRuntime, attempt: Attempt, handler: Handler) -> Settlement:
     """Run the handler once and return the settlement to apply.
 

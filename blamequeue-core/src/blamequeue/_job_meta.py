@@ -15,7 +15,10 @@ The keys, one per concern that owns them:
 * ``flow_queues`` (``_flows``): every queue of the child's flow, when it spans several (so
   the core wakes their consumers when this job's end may release a child there);
 * ``backoff`` (``_backoff``): the job's own backoff, as ``Backoff.to_spec()``;
-* ``timeout`` (``_timeouts``): seconds a handler may run.
+* ``timeout`` (``_timeouts``): seconds a handler may run;
+* ``trace`` (``_tracing``): the trace context of the span that enqueued the job, as
+  OpenTelemetry's propagators write it (``traceparent``, maybe ``tracestate``); absent when
+  nothing was traced.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ __all__ = [
     "FLOW_QUEUES_KEY",
     "TASK_KEY",
     "TIMEOUT_KEY",
+    "TRACE_KEY",
     "JobMeta",
 ]
 
@@ -44,6 +48,7 @@ FLOW_NAME_KEY: Final = "flow_name"
 FLOW_QUEUES_KEY: Final = "flow_queues"
 BACKOFF_KEY: Final = "backoff"
 TIMEOUT_KEY: Final = "timeout"
+TRACE_KEY: Final = "trace"
 
 
 def _text(value: Any) -> str | None:
@@ -54,6 +59,12 @@ def _texts(value: Any) -> tuple[str, ...]:
     if not isinstance(value, list):
         return ()
     return tuple(item for item in value if isinstance(item, str))
+
+
+def _carrier(value: Any) -> dict[str, str] | None:
+    if not isinstance(value, dict):
+        return None
+    return {k: v for k, v in value.items() if isinstance(k, str) and isinstance(v, str)}
 
 
 def _seconds(value: Any) -> float | None:
@@ -78,6 +89,8 @@ class JobMeta:
     backoff: Any = None
     """The job's own backoff spec, or ``None`` for the backend's."""
     timeout: float | None = None
+    trace: dict[str, str] | None = None
+    """The producer's trace context (header names to values), or ``None``."""
 
     @classmethod
     def parse(cls, text: str | None) -> JobMeta:
@@ -98,6 +111,7 @@ class JobMeta:
             flow_queues=_texts(value.get(FLOW_QUEUES_KEY)),
             backoff=value.get(BACKOFF_KEY),
             timeout=_seconds(value.get(TIMEOUT_KEY)),
+            trace=_carrier(value.get(TRACE_KEY)),
         )
 
 

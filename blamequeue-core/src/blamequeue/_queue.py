@@ -80,6 +80,7 @@ from ._tasks import FunctionTask, PendingDispatch, Task, TaskRegistry, to_wire
 from ._tasks import task as declare_task
 from ._tick import run_tick
 from ._timeouts import TIMEOUT_KEY
+from ._tracing import add_trace_context, traced_send
 from ._uniqueness import enqueue_unique, refuse_in_batch, unique_claim
 from ._validation import (
     check_callable,
@@ -415,6 +416,7 @@ class Queue:
             fields["backoff"] = parse_backoff(backoff).to_spec()
         if timeout is not None:
             fields[TIMEOUT_KEY] = check_positive_seconds(timeout, "timeout")
+        add_trace_context(fields)
         now = self._clock.now()
         codec = runtime.codec
         limit = runtime.max_payload_bytes
@@ -449,6 +451,7 @@ class Queue:
         ]
 
     # -- producing -------------------------------------------------------------------------
+    @traced_send
     async def enqueue(
         self,
         queue_name: str,
@@ -532,6 +535,7 @@ class Queue:
             return job_id
         return (await self._store(runtime, queue_name, jobs))[0]
 
+    @traced_send
     async def enqueue_many(
         self,
         queue_name: str,
@@ -607,6 +611,7 @@ class Queue:
                     "job.added", queue=queue_name, backend=runtime.name, at=now, job_id=job_id
                 )
 
+    @traced_send
     async def _enqueue_task(self, *, backend: str | None, **options: Any) -> str:
         """Enqueue one task job: ``enqueue`` plus the task's ``meta`` (see :mod:`._tasks`).
         ``options`` are those of :meth:`PendingDispatch._options`, and ``job_id`` when the
@@ -878,6 +883,7 @@ class Queue:
         entry = self._tasks.get(name)
         return PendingDispatch(registry=self._tasks, settings=entry.settings, payload=payload)
 
+    @traced_send
     async def enqueue_flow(
         self,
         queue_name: str,
