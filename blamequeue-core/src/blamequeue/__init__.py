@@ -15,6 +15,7 @@ from ._context import JobContext
 from ._cron import Cron
 from ._dashboard import dashboard_app
 from ._events import EVENT_NAMES, EventSubscription, QueueEvent, listens_to
+from ._queue_watch import QueueWatch
 from ._health import HealthAlert, HealthReport, HealthThresholds, QueueHealth, health_app
 from ._metrics import MinuteMetrics, QueueMetrics, RecentError
 from ._models import (
@@ -100,6 +101,7 @@ __all__ = [
     "Queue",
     "QueueError",
     "QueueEvent",
+    "QueueWatch",
     "QueueHealth",
     "QueueInfo",
     "QueueMetrics",
