@@ -15,7 +15,6 @@ from ._context import JobContext
 from ._cron import Cron
 from ._dashboard import dashboard_app
 from ._events import EVENT_NAMES, EventSubscription, QueueEvent, listens_to
-from ._queue_watch import QueueWatch
 from ._health import HealthAlert, HealthReport, HealthThresholds, QueueHealth, health_app
 from ._metrics import MinuteMetrics, QueueMetrics, RecentError
 from ._models import (
@@ -50,6 +49,7 @@ from ._outcomes import RateLimited, RetryLater, UnrecoverableError
 from ._progress import JobEvent, Subscription
 from ._prometheus import metrics_app
 from ._queue import Queue
+from ._queue_watch import QueueWatch
 from ._schedules import Every, Schedule, ScheduleStatus
 from ._tasks import FunctionTask, PendingDispatch, Task, TaskRegistry, task
 from .errors import QueueError

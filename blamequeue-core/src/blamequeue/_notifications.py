@@ -1,7 +1,8 @@
 """Failed-job notifications: tell people when jobs land in the dead-letter queue (SPEC §9).
 
 A :class:`DeadJobNotifier` listens to this process's ``job.dead`` events (a job ran out of
-attempts, or its lease expired on its last attempt), keeps those its ``filter`` accepts, and hands them to its channels off the hot path:
+attempts, or its lease expired on its last attempt), keeps those its ``filter`` accepts, and
+hands them to its channels off the hot path:
 dead jobs arriving within ``batch_window`` seconds go out as one message, and each channel
 sends at most ``rate_limit`` messages per hour (what is over the limit is counted and folded
 into the next message allowed).  Delivery runs in the queue's task group; a channel that fails

@@ -66,10 +66,10 @@ from ._models import (
 )
 from ._notifications import DeadJobNotifier
 from ._pause import is_paused, set_paused
-from ._queue_watch import QueueWatch
 from ._plugins import load_registry
 from ._presence import LIVE_FOR
 from ._progress import Subscription
+from ._queue_watch import QueueWatch
 from ._rate_limited import rate_limited_until
 from ._records import RecordStore
 from ._results import check_timeout, not_found, require_results, wait_for_result

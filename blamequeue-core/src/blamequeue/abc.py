@@ -251,7 +251,8 @@ class Backend(abc.ABC):
     inherit the optional facets (:class:`DeadLetters`, :class:`Flows`, :class:`FlowPolicies`,
     :class:`CrossQueueFlows`, :class:`Records`, :class:`Uniqueness`, :class:`RateLimits`,
     :class:`GroupLimits`, :class:`Inspection`, :class:`Results`, :class:`JobEvents`,
-    :class:`Cancellation`, :class:`QueueEvents`, :class:`RetentionLimits`, :class:`JobEdits`, :class:`JobIds`,
+    :class:`Cancellation`, :class:`QueueEvents`, :class:`RetentionLimits`, :class:`JobEdits`,
+    :class:`JobIds`,
     :class:`Lifo`, :class:`Wakeup`, :class:`NextDue`, :class:`WaitAndLease`,
     :class:`OverlappedLease`) your store can hold:
     each adds its methods, and :attr:`capabilities` follows from the facets a class inherits.
