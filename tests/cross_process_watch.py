@@ -46,6 +46,8 @@ async def watch_a_producer_and_a_worker(config: dict[str, Any]) -> dict[str, lis
                     [sys.executable, str(CHILD), "produce", json.dumps(config), "orders"]
                 )
                 async for event in events:
+                    if event.job_id is None:  # queue.drained, whenever the worker ran dry
+                        continue
                     seen.append(event)
                     if len(seen) == total:
                         break

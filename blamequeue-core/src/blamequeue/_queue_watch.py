@@ -44,7 +44,7 @@ from ._audit import error_type
 from ._clock import to_datetime
 from ._codec import compact_json
 from ._events import QueueEvent
-from .abc import Clock, EventRead, QueueEvents, QueueFeed
+from .abc import Clock, EventRead, NextDue, QueueEvents, QueueFeed
 from .errors import QueueError
 
 __all__ = [
@@ -153,6 +153,7 @@ class EventPublisher:
     _held: dict[str, list[_Raised]] = attrs.field(factory=dict, init=False)
     _count: int = attrs.field(default=0, init=False)
     _presence: dict[str, _Presence] = attrs.field(factory=dict, init=False)
+    _drain_checks: dict[str, float] = attrs.field(factory=dict, init=False)
     _wake: anyio.Event | None = attrs.field(default=None, init=False)
     _writing: anyio.Lock | None = attrs.field(default=None, init=False)
     dropped: int = attrs.field(default=0, init=False)
@@ -182,6 +183,18 @@ class EventPublisher:
             # A queue known unwatched waits for the next look, which is already timed.
             if presence is None or presence.watched or presence.local:
                 wake.set()
+
+    def leased(self, queue: str, *, at: float) -> None:
+        """A lease of ``queue`` at ``at`` took jobs, maybe its last due ones: while the queue
+        is watched, the store is asked (:meth:`~blamequeue.abc.NextDue.next_due`, off the hot
+        path) and ``queue.drained`` raised when no job is due any more."""
+        presence = self._presence.get(queue)
+        if presence is not None and not (presence.watched or presence.local):
+            return
+        if isinstance(self.backend, NextDue):
+            self._drain_checks[queue] = at
+            if self._wake is not None:
+                self._wake.set()
 
     def _drop_oldest(self) -> None:
         queue = next(iter(self._held))
@@ -247,7 +260,21 @@ class EventPublisher:
                 elif queue in self._held:
                     due = presence.checked_at + PRESENCE_CHECK - anyio.current_time()
                     next_look = due if next_look is None else min(next_look, due)
+            checks, self._drain_checks = self._drain_checks, {}
+            for queue, at in checks.items():
+                presence = self._presence.get(queue)
+                if presence is not None and (presence.watched or presence.local):
+                    await self._check_drained(queue, at)  # written at the next turn
             return None if next_look is None else max(0.0, next_look)
+
+    async def _check_drained(self, queue: str, at: float) -> None:
+        assert isinstance(self.backend, NextDue)
+        try:
+            due = await self.backend.next_due(queue, now=at)
+        except QueueError:
+            return  # unknown is not drained
+        if due is None or due > at:
+            self.offer(queue, "queue.drained", at=at, job_id=None, data={})
 
     async def _look(self, queue: str, presence: _Presence) -> None:
         cut = len(self._held.get(queue, ()))

@@ -140,6 +140,12 @@ class BackendRuntime:
             data={"operation": "unseal", "code": error.code, "key_id": self.missing_seal_key},
         )
 
+    def leased(self, queue: str, count: int) -> None:
+        """A lease of ``queue`` took ``count`` jobs: maybe the last due ones, which raises
+        ``queue.drained`` for its watchers (see :meth:`EventPublisher.leased`)."""
+        if count and self.publisher is not None:
+            self.publisher.leased(queue, at=self.clock.now())
+
     def refuse_if_key_missing(self) -> None:
         """Raise :class:`SealKeyMissingError` once a job met a key this process lacks."""
         if self.missing_seal_key is not None:

@@ -863,8 +863,9 @@ class QueueEvents(Backend):
     log in the store: the core appends the events of its processes with
     :meth:`publish_events` while someone watches the queue (:meth:`mark_watched`,
     :meth:`is_watched`), and every :meth:`watch_queue`, in any process, reads the events
-    appended after it opened.  The log is capped (the backend documents its bound); a watch
-    that falls further behind than the cap loses the oldest events and is told so
+    appended after it opened.  The log is capped (the backend documents its bound: it keeps
+    at least the last 1,000 events of a queue and at most about 20,000); a watch that falls
+    further behind than the cap loses the oldest events and is told so
     (:attr:`EventRead.missed`).
     """
 

@@ -13,19 +13,26 @@ import anyio
 import pytest
 
 from blamequeue import Job, JobContext, QueueEvent
+from blamequeue._queue_watch import encode_event
+from blamequeue.abc import QueueEvents
 
-from .fixtures import Conformance, succeed
+from .fixtures import BACKEND, Conformance, succeed
 from .refusals import refused_at_once
 from .requirements import lacking, requires
 
 __all__ = ["TestQueueEvents", "TestWithoutQueueEvents"]
 
 
-async def _take(events: AsyncIterator[QueueEvent], count: int) -> list[QueueEvent]:
-    """The next ``count`` events of a watch (at most 10 s of real time)."""
+async def _take(
+    events: AsyncIterator[QueueEvent], count: int, *, jobs_only: bool = False
+) -> list[QueueEvent]:
+    """The next ``count`` events of a watch (of jobs only: no ``queue.drained``), at most 10 s
+    of real time."""
     got: list[QueueEvent] = []
     with anyio.fail_after(10):
         async for event in events:
+            if jobs_only and event.job_id is None:
+                continue
             got.append(event)
             if len(got) == count:
                 break
@@ -62,7 +69,7 @@ class TestQueueEvents:
             await other.tick(name, _flaky, max=10)
             conformance.advance(3600)  # the retry's backoff
             await queue.tick(name, _flaky, max=10)
-            got = await _take(events, 10)
+            got = await _take(events, 10, jobs_only=True)
         jobs = _per_job(got)
         assert before not in jobs
         assert jobs[flaky] == [
@@ -89,7 +96,7 @@ class TestQueueEvents:
             await conformance.require_shared_store(queue, other)
             job_id = await other.enqueue(name, "doomed", max_attempts=1)
             await other.tick(name, _flaky)
-            got = await _take(events, 4)
+            got = await _take(events, 4, jobs_only=True)
         failed = next(event for event in got if event.name == "job.failed")
         assert failed.job_id == job_id
         assert failed.data == {"attempts": 1, "dead": True, "error_type": "ValueError"}
@@ -106,6 +113,33 @@ class TestQueueEvents:
             ("queue.paused", None),
             ("queue.resumed", None),
         ]
+
+    async def test_drained_once_each_time_the_last_due_job_is_leased(
+        self, conformance: Conformance
+    ) -> None:
+        conformance.require("next_due", "the store cannot say whether jobs are still due")
+        queue, name = conformance.queue, conformance.name
+        async with queue.watch(name) as events:
+            for count in (2, 1):
+                for _ in range(count):
+                    await queue.enqueue(name, "x")
+                await queue.tick(name, succeed, max=10)
+                got = await _take(events, 3 * count + 1)
+                assert [event.name for event in got].count("queue.drained") == 1
+
+    async def test_a_watch_the_capped_log_left_behind_is_told_of_the_gap(
+        self, conformance: Conformance
+    ) -> None:
+        queue, name = conformance.queue, conformance.name
+        backend = QueueEvents.of(queue._runtimes[BACKEND].backend)
+        now = conformance.now()
+        # More than any backend keeps (the contract: at most about 20,000 per queue).
+        burst = [encode_event("queue.drained", at=now, job_id=None, data={})] * 25_000
+        async with queue.watch(name) as events:
+            await backend.publish_events(name, burst, now=now)
+            first, second = await _take(events, 2)
+        assert first.name == "watch.gap"
+        assert second.name == "queue.drained"
 
     async def test_iterating_outside_the_block_is_refused(self, conformance: Conformance) -> None:
         watch = conformance.queue.watch(conformance.name)
