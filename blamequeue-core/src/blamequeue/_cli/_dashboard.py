@@ -11,6 +11,7 @@ import argparse
 import ipaddress
 import os
 import secrets
+import signal
 
 import anyio
 
@@ -138,22 +139,35 @@ def _run(args: argparse.Namespace) -> int:
             from hypercorn.trio import serve as serve_app
         else:
             from hypercorn.asyncio import serve as serve_app  # type: ignore[assignment]
+        stop = anyio.Event()
+
+        async def on_signal() -> None:
+            with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                async for _ in signals:
+                    stop.set()
+                    return
+
+        async def serve_until_stopped() -> None:
+            try:
+                await serve_app(app, config, shutdown_trigger=stop.wait)  # type: ignore[arg-type]
+            except OSError as exc:  # the port is taken, the address is not this machine's, ...
+                raise UsageError(
+                    f"cannot listen on {config.bind[0]}: {exc.strerror or exc}; pick another "
+                    f"--port (or --host)"
+                ) from exc
+            finally:
+                stop.set()
+
         async with queue:
             say(f"blamequeue dashboard on {opening}; {mode}; Ctrl-C stops")
-            stop = anyio.Event()
-
-            async def on_signal() -> None:
-                import signal
-
-                with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-                    async for _ in signals:
-                        stop.set()
-                        return
-
             async with anyio.create_task_group() as tg:
                 tg.start_soon(on_signal)
-                await serve_app(app, config, shutdown_trigger=stop.wait)  # type: ignore[arg-type]
-                tg.cancel_scope.cancel()
+                # In a task of its own: on Python 3.11, hypercorn's asyncio server leaves a
+                # cancellation request on the task that ran it, which would turn the queue's
+                # orderly shutdown into a CancelledError.
+                tg.start_soon(serve_until_stopped)
+                await stop.wait()
+        say("blamequeue dashboard: stopped")
         return EXIT_OK
 
     code: int = run_on_loop(serve, args.loop)
