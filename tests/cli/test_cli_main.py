@@ -8,6 +8,7 @@ from collections.abc import Callable
 import pytest
 
 import blamequeue
+from blamequeue._cli import _keygen, main
 
 RunCli = Callable[..., subprocess.CompletedProcess[str]]
 
@@ -51,3 +52,39 @@ def test_a_bad_option_value_is_a_usage_error(run_cli: RunCli) -> None:
     result = run_cli("bench", "--concurrency", "0")
     assert result.returncode == 2
     assert "must be at least 1" in result.stderr
+
+
+def _failing_keygen(kid: str | None) -> str:
+    raise RuntimeError("cannot reach redis://:hunter2@cache:6379")
+
+
+@pytest.mark.parametrize(
+    ("argv", "env"),
+    [((), None), (("--debug",), None), ((), "1")],
+    ids=["one-line", "--debug", "BLAMEQUEUE_DEBUG=1"],
+)
+def test_an_unexpected_error_is_one_line_and_its_traceback_is_shown_only_when_asked(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    argv: tuple[str, ...],
+    env: str | None,
+) -> None:
+    monkeypatch.setattr(_keygen, "new_key_line", _failing_keygen)
+    if env is None:
+        monkeypatch.delenv("BLAMEQUEUE_DEBUG", raising=False)
+    else:
+        monkeypatch.setenv("BLAMEQUEUE_DEBUG", env)
+
+    code = main([*argv, "keygen"])
+
+    err = capsys.readouterr().err
+    assert code == 1
+    line = err.strip().splitlines()[-1]
+    assert line.startswith("error: RuntimeError: cannot reach redis://***@cache:6379")
+    assert "hunter2" not in err  # masked in the line and in the traceback
+    if argv or env:
+        assert "Traceback (most recent call last)" in err
+        assert "_failing_keygen" in err
+    else:
+        assert err.count("\n") == 1
+        assert "blamequeue --debug" in line

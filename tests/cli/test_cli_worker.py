@@ -263,16 +263,25 @@ def test_worker_with_an_unusable_handler_exits_2(
     assert message in result.stderr
 
 
-def test_worker_keeps_the_traceback_of_an_import_error_inside_the_module(
-    app: Path, run_cli: RunCli
+@pytest.mark.parametrize("debug", [(), ("--debug",)], ids=["one-line", "debug"])
+def test_an_error_at_import_of_the_module_is_one_line_or_with_debug_its_traceback(
+    app: Path, run_cli: RunCli, debug: tuple[str, ...]
 ) -> None:
-    (app / "broken.py").write_text("import dependency_nobody_installed\n")
+    (app / "broken.py").write_text("import os\nraise KeyError(os.sep + 'redis://:pw@host')\n")
 
-    result = run_cli("worker", "broken:handler", "--queue", "q", cwd=app)
+    result = run_cli(*debug, "worker", "broken:handler", "--queue", "q", cwd=app)
 
     assert result.returncode == 1
-    assert "Traceback" in result.stderr
-    assert "dependency_nobody_installed" in result.stderr
+    line = result.stderr.strip().splitlines()[-1]
+    assert line.startswith("error: importing module 'broken' raised KeyError: ")
+    assert f"{app / 'broken.py'}:2" in line  # where, in the user's code
+    assert "pw@" not in result.stderr  # the URL's password is masked
+    if debug:
+        assert "Traceback" in result.stderr
+        assert 'broken.py", line 2, in <module>' in result.stderr
+    else:
+        assert result.stderr.count("\n") == 1  # no traceback: one line
+        assert "blamequeue --debug" in line
 
 
 def test_worker_with_an_invalid_config_exits_2(app: Path, run_cli: RunCli) -> None:

@@ -296,6 +296,8 @@ async def test_no_traceback_context_value_or_url_password_is_shown(
     assert emails_detail["job"]["last_error"].startswith("RuntimeError: broken 9")
     stored = (await seeded.job_info(dead["job_id"])).job.last_error  # type: ignore[union-attr]
     assert full["job"]["last_error"] == stored  # the whole text, when asked with the token
+    assert "in _fail" in stored  # trimmed to the user's code
+    assert "_execution.py" not in stored
 
 
 async def test_queue_names_with_any_character_reach_exactly_their_queue(

@@ -5,6 +5,7 @@ and token guards of the server it starts."""
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -105,3 +106,32 @@ def test_the_server_guards_host_and_token(served: tuple[str, Path]) -> None:
         write = client.post("/api/queues/q/dlq/purge", json={"queue": "q"},
                             headers={"X-Blamequeue-Action": "1"})  # fmt: skip
         assert write.status_code == 401  # actions still need the token
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "trio"])
+def test_ctrl_c_stops_the_dashboard_cleanly(tmp_path: Path, loop: str) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    log_path = tmp_path / "dashboard.log"
+    db = _database(tmp_path / "jobs.db")
+    options = ["--path", str(db), "--port", str(port), "--loop", loop]
+    command = [sys.executable, "-m", "blamequeue._cli", "dashboard", *options]
+    with log_path.open("wb") as log:
+        server = subprocess.Popen(command, env=_env(), stdout=log, stderr=log)
+        try:
+            deadline = time.monotonic() + 30
+            while "Running on" not in log_path.read_text():
+                assert server.poll() is None, log_path.read_text()
+                assert time.monotonic() < deadline, "the dashboard did not start"
+                time.sleep(0.05)
+            server.send_signal(signal.SIGINT)
+            code = server.wait(timeout=20)
+        finally:
+            if server.poll() is None:
+                server.kill()
+                server.wait(timeout=20)
+    printed = log_path.read_text()
+    assert code == 0, printed
+    assert "Traceback" not in printed
+    assert printed.strip().endswith("blamequeue dashboard: stopped")

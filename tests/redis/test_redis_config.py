@@ -43,6 +43,8 @@ def test_capabilities() -> None:
     caps = RedisBackend.capabilities
     assert caps.dlq
     assert caps.flows
+    assert caps.flow_policies
+    assert not caps.cross_queue_flows  # a queue's keys live in one cluster slot
     assert caps.priority
     assert caps.delay
     assert caps.cross_process_wakeup

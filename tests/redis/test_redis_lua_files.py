@@ -13,7 +13,14 @@ from blamequeue_redis._stats_script import QUEUE_STATS
 
 ALL_SCRIPTS = (*SCRIPTS, LEASE_LIMITED, QUEUE_STATS, *RECORD_SCRIPTS)
 # Files that are parts of scripts rather than scripts of their own.
-FRAGMENTS = {"queue_prelude", "records_prelude", "lease_due", "job_edit", "revive"}
+FRAGMENTS = {
+    "queue_prelude",
+    "records_prelude",
+    "lease_due",
+    "job_edit",
+    "revive",
+    "flow_release",
+}
 
 
 def lua_files() -> dict[str, str]:

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 from tracing_helpers import Recording, recording
 
-from blamequeue_testing.servers import RedisServer, RedisServerError
+from blamequeue_testing.servers import RedisServer
 from sqs.moto_server import sqs_endpoint
 
 __all__ = ["sqs_endpoint"]
@@ -23,12 +23,5 @@ def otel() -> Iterator[Recording]:
 
 @pytest.fixture(scope="session")
 def tracing_redis_url() -> Iterator[str]:
-    try:
-        server = RedisServer()
-        server.start()
-    except RedisServerError as exc:
-        pytest.fail(f"the redis tests need a local redis-server: {exc}")
-    try:
+    with RedisServer() as server:  # fails, never skips, without a redis-server
         yield server.url
-    finally:
-        server.cleanup()

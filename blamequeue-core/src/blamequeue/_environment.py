@@ -11,7 +11,7 @@ from ._suggest import did_you_mean_protocol
 from ._validation import MAX_SECONDS_TEXT, is_duration
 from .errors import ConfigError
 
-__all__ = ["config_from_env", "parse_seal_keys"]
+__all__ = ["config_from_env", "env_flag", "parse_seal_keys"]
 
 PROTOCOLS = ("local", "redis", "sqs", "memory")
 _TRUE = {"1", "true", "yes", "on"}
@@ -50,7 +50,9 @@ def parse_seal_keys(value: str, where: str = "BLAMEQUEUE_SEAL_KEYS") -> dict[str
     return keys
 
 
-def _flag(env: Mapping[str, str], name: str) -> bool | None:
+def env_flag(env: Mapping[str, str], name: str) -> bool | None:
+    """The variable ``name`` of ``env`` as a yes/no (``None`` when unset); a value that is
+    neither 1/true/yes/on nor 0/false/no/off is ``queue/invalid-config``."""
     raw = env.get(name)
     if raw is None:
         return None
@@ -90,7 +92,7 @@ def config_from_env(env: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, A
         ):
             if env.get(var):
                 config[key] = env[var]
-        tls = _flag(env, "BLAMEQUEUE_REDIS_TLS")
+        tls = env_flag(env, "BLAMEQUEUE_REDIS_TLS")
         config["tls"] = tls if tls is not None else url.startswith("rediss://")
     elif protocol == "sqs":
         url = env.get("BLAMEQUEUE_SQS_QUEUE_URL", "").strip()

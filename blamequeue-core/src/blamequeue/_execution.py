@@ -7,7 +7,6 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
-import traceback
 import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -31,6 +30,7 @@ from ._results import encode_result
 from ._runtime import BackendRuntime
 from ._tasks import TaskRegistry
 from ._timeouts import run_within, timeout_error
+from ._tracebacks import describe_error
 from ._tracing import note_failure, traced_attempt
 from ._validation import is_duration
 from .abc import Lease, Settlement, StoredJob
@@ -41,7 +41,6 @@ __all__ = ["Attempt", "SettleCounts", "run_attempt", "settle", "to_dead_letter",
 log = logging.getLogger("blamequeue")
 
 Handler = Callable[[Job, Any], Any]
-_MAX_ERROR = 16_384
 
 
 def to_job(runtime: BackendRuntime, stored: StoredJob, meta: JobMeta | None = None) -> Job:
@@ -87,14 +86,6 @@ def to_dead_letter(runtime: BackendRuntime, stored: StoredJob) -> DeadLetter:
         classification=stored.classification,
         failed_at=to_datetime(stored.finished_at or stored.available_at),
     )
-
-
-def describe_error(exc: BaseException) -> str:
-    """``"ValueError: boom"`` first, then the traceback: what an operator reads in the DLQ."""
-    head = f"{type(exc).__name__}: {exc}"
-    tb = "".join(traceback.format_exception(exc)).rstrip()
-    text = f"{head}\n{tb}" if tb and tb != head else head
-    return text if len(text) <= _MAX_ERROR else text[: _MAX_ERROR - 15] + "\n...[truncated]"
 
 
 @attrs.define(eq=False)

@@ -26,6 +26,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from ._audit import error_type
 from ._job_meta import TRACE_KEY
+from ._metrics_buffer import DURATION_BUCKETS
 from .errors import QueueError
 
 if TYPE_CHECKING:
@@ -39,10 +40,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 SYSTEM: Final = "blamequeue"
 
-# Seconds: from a fast handler's few milliseconds to a job that waited an hour.
-_BUCKETS: Final = (
-    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0,
-)  # fmt: skip
+# Seconds: the same bounds as the Prometheus endpoint's histogram.
+_BUCKETS: Final = DURATION_BUCKETS
 
 
 def _version() -> str:

@@ -262,8 +262,8 @@ class EventPublisher:
                     next_look = due if next_look is None else min(next_look, due)
             checks, self._drain_checks = self._drain_checks, {}
             for queue, at in checks.items():
-                presence = self._presence.get(queue)
-                if presence is not None and (presence.watched or presence.local):
+                known = self._presence.get(queue)
+                if known is not None and (known.watched or known.local):
                     await self._check_drained(queue, at)  # written at the next turn
             return None if next_look is None else max(0.0, next_look)
 

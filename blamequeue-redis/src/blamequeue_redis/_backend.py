@@ -33,7 +33,7 @@ from blamequeue.abc import (
     DeadLetters,
     EditOutcome,
     EventRead,
-    Flows,
+    FlowPolicies,
     GroupLimits,
     JobCursor,
     JobEdits,
@@ -258,6 +258,8 @@ _SHARED_FIELDS = operator.attrgetter(
     "meta",
     "group_key",
     "lifo",
+    "on_dependency_failure",
+    "dependants_error",
 )
 
 
@@ -289,6 +291,12 @@ def _enqueue_row(job: NewJob, optional: Sequence[str], spelled: dict[float, str]
         fields += ("meta", job.meta)
     if job.group_key is not None:
         fields += ("group_key", job.group_key)
+    # Flow policies (lua/flow_release.lua): stored only when not the defaults, so the jobs
+    # that wait (every job outside a flow among them) carry neither field.
+    if job.on_dependency_failure != "wait":
+        fields += ("on_dependency_failure", job.on_dependency_failure)
+    if job.dependants_error is not None:
+        fields += ("dependants_error", job.dependants_error)
     created, available = job.created_at, job.available_at
     return [
         job.priority,
@@ -313,7 +321,7 @@ def _token_queue(token: str) -> str | None:
 class RedisBackend(
     Cancellation,
     DeadLetters,
-    Flows,
+    FlowPolicies,
     GroupLimits,
     JobEdits,
     JobEvents,

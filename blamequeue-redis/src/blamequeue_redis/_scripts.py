@@ -30,8 +30,9 @@ then its own file; ``lease`` and ``lease_after_wait`` share ``lua/lease_due.lua`
 two, ``enqueue_unique`` runs its own file then ``enqueue``'s, and ``enqueue_absent`` its own
 file, then ``enqueue``'s as a function it calls.  The job edits (``promote``, ``change_delay``,
 ``change_priority``, ``update_payload``, ``rerun``) share ``lua/job_edit.lua`` (the job's
-lookup and the reply), and ``rerun`` and ``dlq_retry`` share ``lua/revive.lua`` (a finished job
-back to pending).
+lookup and the reply), ``rerun`` and ``dlq_retry`` share ``lua/revive.lua`` (a finished job
+back to pending), and ``settle``, ``sweep`` and ``cancel`` share ``lua/flow_release.lua`` (what
+the jobs parked behind a flow job do when it ends done, dead or cancelled).
 """
 
 from __future__ import annotations
@@ -163,6 +164,7 @@ _ENQUEUE: Final = read_lua("enqueue", ENQUEUE_WIDTH=ENQUEUE_WIDTH)
 _LEASE_DUE: Final = read_lua("lease_due")
 _JOB_EDIT: Final = read_lua("job_edit")
 _REVIVE: Final = read_lua("revive")
+_FLOW_RELEASE: Final = read_lua("flow_release")
 
 ENQUEUE: Final = _script("enqueue", _ENQUEUE)
 ENQUEUE_UNIQUE: Final = _script(
@@ -187,9 +189,9 @@ ENQUEUE_ABSENT: Final = _script(
 LEASE: Final = _script("lease", _LEASE_DUE + read_lua("lease"))
 WAIT_MARK: Final = _script("wait_mark", read_lua("wait_mark"))
 LEASE_AFTER_WAIT: Final = _script("lease_after_wait", _LEASE_DUE + read_lua("lease_after_wait"))
-SETTLE: Final = _script("settle", read_lua("settle"))
+SETTLE: Final = _script("settle", _FLOW_RELEASE + read_lua("settle"))
 EXTEND: Final = _script("extend", read_lua("extend"))
-SWEEP: Final = _script("sweep", read_lua("sweep"))
+SWEEP: Final = _script("sweep", _FLOW_RELEASE + read_lua("sweep"))
 PRUNE: Final = _script("prune", read_lua("prune"))
 SIZE: Final = _script("size", read_lua("size"))
 NEXT_DUE: Final = _script("next_due", read_lua("next_due"))
@@ -201,7 +203,7 @@ FLOW_JOBS: Final = _script("flow_jobs", read_lua("flow_jobs"))
 GET_JOB: Final = _script("get_job", read_lua("get_job"))
 LIST_JOBS: Final = _script("list_jobs", read_lua("list_jobs"))
 COUNTS: Final = _script("counts", read_lua("counts"))
-CANCEL: Final = _script("cancel", read_lua("cancel"))
+CANCEL: Final = _script("cancel", _FLOW_RELEASE + read_lua("cancel"))
 PROMOTE: Final = _script("promote", _JOB_EDIT + read_lua("promote"))
 CHANGE_DELAY: Final = _script("change_delay", _JOB_EDIT + read_lua("change_delay"))
 CHANGE_PRIORITY: Final = _script("change_priority", _JOB_EDIT + read_lua("change_priority"))

@@ -7,13 +7,10 @@ examples) and ``run(args) -> int``.
 from __future__ import annotations
 
 import argparse
-import logging
 import platform
-import sys
 from collections.abc import Sequence
 
 from blamequeue import __version__
-from blamequeue.errors import QueueError
 
 from . import (
     _audit,
@@ -33,15 +30,9 @@ from . import (
     _result,
     _worker,
 )
+from ._errors import debug_wanted, log_to_stderr, report
 from ._parser import Parser
-from ._running import (
-    EXIT_INTERRUPTED,
-    EXIT_USAGE,
-    Interrupted,
-    UsageError,
-    exit_code_for,
-    say,
-)
+from ._running import EXIT_USAGE
 
 __all__ = ["build_parser", "main"]
 
@@ -80,9 +71,11 @@ configuration:
 
 exit codes:
   0    success (including a worker stopped gracefully by SIGINT/SIGTERM)
-  1    runtime error: printed as "error: [code] message" on stderr; also `cancel`,
-       `promote`, `change-delay`, `change-priority`, `update-payload` and `rerun` of a job
-       in a state they do not apply to (nothing changed)
+  1    runtime error: printed as "error: [code] message" on stderr (one line; with
+       --debug, its traceback too); an exception raised while importing your handler's
+       module; also `cancel`, `promote`, `change-delay`, `change-priority`,
+       `update-payload` and `rerun` of a job in a state they do not apply to (nothing
+       changed)
   2    usage or configuration error: bad option or argument, handler not importable,
        invalid config or config file, unknown --backend, purge without --yes off a terminal
   3    not found: a job id the backend does not hold (`job`, `logs`, `dlq retry`, `cancel`,
@@ -105,6 +98,11 @@ def build_parser() -> Parser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=_version())
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        help="on an error, print its full traceback too (or set BLAMEQUEUE_DEBUG=1)",
+    )
     subparsers = parser.add_subparsers(
         title="commands", metavar="COMMAND", dest="command", required=True
     )
@@ -127,13 +125,6 @@ def build_parser() -> Parser:
     return parser
 
 
-def _leaves(exc: BaseException) -> list[BaseException]:
-    """The errors inside (possibly nested) exception groups: task groups wrap what they raise."""
-    if isinstance(exc, BaseExceptionGroup):
-        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
-    return [exc]
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``blamequeue`` with ``argv`` (default: ``sys.argv[1:]``); returns the exit code."""
     parser = build_parser()
@@ -141,26 +132,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, --version and argparse's own usage errors
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
-    logging.basicConfig(
-        stream=sys.stderr,
-        level=getattr(args, "log_level", "warning").upper(),
-        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
-    )
+    debug = debug_wanted(args.debug)
+    log_to_stderr(getattr(args, "log_level", "warning"), debug=debug)
     try:
         code: int = args.run(args)
         return code
-    except BaseException as exc:
-        leaves = _leaves(exc)
-        if any(isinstance(leaf, KeyboardInterrupt | Interrupted) for leaf in leaves):
-            say("interrupted")
-            return EXIT_INTERRUPTED
-        usage = [leaf for leaf in leaves if isinstance(leaf, UsageError)]
-        if usage:
-            say(f"error: {usage[0]}")
-            return EXIT_USAGE
-        errors = [leaf for leaf in leaves if isinstance(leaf, QueueError)]
-        if errors and len(errors) == len(leaves):
-            for error in errors:
-                say(f"error: {error}")
-            return max(exit_code_for(error) for error in errors)
+    except SystemExit:
         raise
+    except BaseException as exc:
+        return report(exc, debug=debug)

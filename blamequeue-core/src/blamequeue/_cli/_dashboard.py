@@ -107,4 +107,12 @@ def _run(args: argparse.Namespace) -> int:
         else ("the token is needed to read and to act")
     )
     banner = f"blamequeue dashboard on {opening}; {mode}; Ctrl-C stops"
-    return serve_app(queue, app, host=args.host, port=args.port, loop=args.loop, banner=banner)
+    return serve_app(
+        queue,
+        app,
+        host=args.host,
+        port=args.port,
+        loop=args.loop,
+        banner=banner,
+        name="blamequeue dashboard",
+    )

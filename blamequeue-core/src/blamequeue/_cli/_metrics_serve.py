@@ -53,4 +53,12 @@ def _run(args: argparse.Namespace) -> int:
             f"can reach it reads your queue names and figures"
         )
     banner = f"blamequeue metrics on {url_of(args.host, args.port)}metrics; Ctrl-C stops"
-    return serve_app(queue, app, host=args.host, port=args.port, loop=args.loop, banner=banner)
+    return serve_app(
+        queue,
+        app,
+        host=args.host,
+        port=args.port,
+        loop=args.loop,
+        banner=banner,
+        name="blamequeue metrics-serve",
+    )

@@ -3,7 +3,6 @@ on asyncio or trio, with the queue started around it, until SIGINT or SIGTERM.""
 
 from __future__ import annotations
 
-import functools
 import ipaddress
 import signal
 
@@ -46,9 +45,12 @@ def url_of(host: str, port: int) -> str:
     return f"http://[{host}]:{port}/" if ":" in host else f"http://{host}:{port}/"
 
 
-def serve_app(queue: Queue, app: App, *, host: str, port: int, loop: str, banner: str) -> int:
+def serve_app(
+    queue: Queue, app: App, *, host: str, port: int, loop: str, banner: str, name: str
+) -> int:
     """Start ``queue``, say ``banner`` once listening is set up, serve ``app`` on
-    ``host:port`` until SIGINT or SIGTERM, then shut the queue down."""
+    ``host:port`` until SIGINT or SIGTERM, then shut the queue down and say that ``name``
+    stopped.  An address it cannot listen on is a :class:`UsageError` naming what to change."""
     from hypercorn.config import Config
 
     config = Config()
@@ -70,12 +72,23 @@ def serve_app(queue: Queue, app: App, *, host: str, port: int, loop: str, banner
                         stop.set()
                         return
 
+            async def serve_until_stopped() -> None:
+                try:
+                    await serve_with(app, config, shutdown_trigger=stop.wait)  # type: ignore[arg-type]
+                except OSError as exc:  # the port is taken, the address is not this machine's
+                    raise UsageError(
+                        f"cannot listen on {config.bind[0]}: {exc.strerror or exc}; pick "
+                        f"another --port (or --host)"
+                    ) from exc
+                finally:
+                    stop.set()
+
             async with anyio.create_task_group() as tg:
                 tg.start_soon(on_signal)
                 # In a task of its own: hypercorn's asyncio server, awaited in the task that
                 # started the queue, leaves that task cancelled when the queue shuts down.
-                run = functools.partial(serve_with, app, config, shutdown_trigger=stop.wait)  # type: ignore[arg-type]
-                tg.start_soon(run)
+                tg.start_soon(serve_until_stopped)
+        say(f"{name}: stopped")
         return EXIT_OK
 
     code: int = run_on_loop(serve, loop)

@@ -24,6 +24,7 @@ from blamequeue import Consumer, Queue, __version__
 from blamequeue._execution import Handler
 
 from ._config import add_queue_options, backend_config, build_queue, load_config
+from ._errors import import_failed
 from ._log_format import LOG_FORMATS, say_as_log, use_json_logs
 from ._running import (
     EXIT_INTERRUPTED,
@@ -180,14 +181,16 @@ def load_handler(target: str, app_dir: str = ".") -> Handler:
     except ModuleNotFoundError as exc:
         missing = exc.name or ""
         # Only when the module asked for (or a parent package) is missing: an import that
-        # fails inside the user's module is a bug there and keeps its traceback.
+        # fails inside the user's module is a bug there, named as one below.
         if missing and (module_name == missing or module_name.startswith(missing + ".")):
             raise UsageError(
                 f"cannot import module {module_name!r}: no module named {missing!r} "
                 f"(searched {directory} and sys.path; run from your project directory or "
                 f"pass --app-dir)"
             ) from None
-        raise
+        raise import_failed(module_name, exc) from exc
+    except Exception as exc:
+        raise import_failed(module_name, exc) from exc
     obj: Any = module
     for part in attr_path.split("."):
         try:

@@ -1,10 +1,12 @@
--- cancel: cancels one job.  After the queue prelude.
+-- cancel: cancels one job.  After the queue prelude and flow_release.lua.
 --
 -- KEYS[1]: the queue's ready zset.
 -- ARGV: base, job id, now.
 -- Moves a pending (due or delayed), inflight or parked job to 'cancelled' (finished_at =
 -- now), out of every index a lease, the sweep or size() reads; its token stays, fencing the
--- old lease (settle wants 'inflight') and telling extend to report the cancel.
+-- old lease (settle wants 'inflight') and telling extend to report the cancel.  A flow job's
+-- parked dependants follow their on_dependency_failure (fall()) in this same script; the ones
+-- that fail with it are announced on `<base>settled` (result waiters).
 -- Returns: {1, row (JSON)} when it cancelled the job, {0, row (JSON)} when the job had already
 --   finished (left as it is), '' when this queue has no such job.
 
@@ -26,5 +28,12 @@ end
 redis.call('HSET', key, 'state', 'cancelled', 'finished_at', now)
 move(id, f[15], was, 'cancelled')
 redis.call('ZADD', K_CANCELLED, now, id)
+if f[12] then
+  local fallen = {}
+  local woken = fall(id, now, now, fallen)
+  flush()
+  signal(woken)
+  announce(fallen)
+end
 f[1], f[14] = 'cancelled', now
 return {1, cjson.encode(row(id, f))}

@@ -1,42 +1,20 @@
--- settle: applies a batch of settlements.  After the queue prelude.
+-- settle: applies a batch of settlements.  After the queue prelude and flow_release.lua.
 --
 -- KEYS[1]: the queue's ready zset.
 -- ARGV: base, now, the settlements as one JSON array of [id, token, outcome, at, error
 --   (false: none), keep (true/false), result (false: none)].
 -- Returns: one '1' (applied) or '0' (stale) per settlement, as one string.
--- The ids of the jobs that ended (done or dead) are published, space-separated, on the
--- queue's channel `<base>settled` (one message per call), for result waiters.
+-- A flow job that ends done releases the jobs parked behind it that are then free; one that
+-- ends dead makes them follow their on_dependency_failure (fall()).
+-- The ids of the jobs that ended (done or dead, and the dependants that failed with them) are
+-- published, space-separated, on the queue's channel `<base>settled` (one message per call),
+-- for result waiters.
 
 local now = ARGV[2]
 local items = cjson.decode(ARGV[3])
 local res = {}
 local woken = 0
 local settled, done, dead = {}, {}, {}
-
--- Pend every job of `waiting` (parked behind a job that just became done) whose dependencies
--- are all done or gone.
-local function release(waiting, at)
-  for _, cid in ipairs(waiting) do
-    local ck = jkey(cid)
-    local c = redis.call('HMGET', ck, 'state', 'depends_on', 'priority', 'seq', 'lifo')
-    if c[1] == 'parked' then
-      local free = true
-      for dep in string.gmatch(c[2] or '', '[^ ]+') do
-        local st = redis.call('HGET', jkey(dep), 'state')
-        if st and st ~= 'done' then
-          free = false
-          break
-        end
-      end
-      if free then
-        redis.call('HSET', ck, 'state', 'pending', 'available_at', at)
-        redis.call('SREM', K_PARKED, cid)
-        move(cid, c[4], 'parked', 'pending')
-        woken = woken + pend(cid, at, c[3], c[4], now, c[5])
-      end
-    end
-  end
-end
 
 -- A failed attempt's error replaces the job's last one; none clears it.
 local function set_error(key, err)
@@ -75,7 +53,7 @@ for j, item in ipairs(items) do
       else
         delete_job(id, f[3])
       end
-      if waiting then release(waiting, at) end
+      if waiting then woken = woken + release(waiting, at, now) end
       ended[#ended + 1] = id
     elseif outcome == 'dead' then
       redis.call('HSET', key, 'state', 'dead', 'finished_at', at)
@@ -84,6 +62,7 @@ for j, item in ipairs(items) do
       dead[#dead + 1] = at
       dead[#dead + 1] = id
       ended[#ended + 1] = id
+      if f[3] then woken = woken + fall(id, at, now, ended) end
     elseif outcome == 'retry' then
       redis.call('HSET', key, 'state', 'pending', 'available_at', at)
       move(id, f[5], 'inflight', 'pending')

@@ -1,17 +1,20 @@
 -- sweep: expired leases back to pending (or dead when their attempts are spent), old done
--- and cancelled jobs deleted.  After the queue prelude.
+-- and cancelled jobs deleted.  After the queue prelude and flow_release.lua.
 --
 -- KEYS[1]: the queue's ready zset.
 -- ARGV: base, now, expired_error, cutoff (prune done jobs finished before it), budget.
 -- Returns: {expired rows (JSON), dead rows (JSON), pruned count, more (1: a budget ran out)}.
--- The jobs it dead-letters or prunes are announced on `<base>settled` (result waiters).
+-- A flow job it dead-letters makes the jobs parked behind it follow their
+-- on_dependency_failure (fall()), in this same script.
+-- The jobs it dead-letters (those dependants too) or prunes are announced on `<base>settled`
+-- (result waiters).
 
 local now, err, cutoff, budget = ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
 local expired, dead = {}, {}
 local woken = 0
 local ids = redis.call('ZRANGEBYSCORE', K_INFLIGHT, '-inf', now, 'LIMIT', 0, budget)
 bulk('ZREM', K_INFLIGHT, ids)
-local buried = {}
+local buried, fallen = {}, {}
 for _, id in ipairs(ids) do
   local key = jkey(id)
   local f = redis.call('HMGET', key, unpack(ROW))
@@ -23,6 +26,7 @@ for _, id in ipairs(ids) do
       buried[#buried + 1] = id
       f[1], f[10], f[14] = 'dead', err, now
       dead[#dead + 1] = row(id, f)
+      if f[12] then woken = woken + fall(id, now, now, fallen) end
     else
       redis.call('HSET', key, 'state', 'pending', 'available_at', now)
       move(id, f[15], 'inflight', 'pending')
@@ -47,6 +51,7 @@ bulk('ZREM', K_CANCELLED, gone)
 signal(woken)
 local ended = {}
 for i = 2, #buried, 2 do ended[#ended + 1] = buried[i] end
+for _, id in ipairs(fallen) do ended[#ended + 1] = id end
 for _, id in ipairs(old) do ended[#ended + 1] = id end
 announce(ended)
 local more = 0

@@ -675,6 +675,34 @@ class TestFlowPolicies:
         assert set((await _states(conformance, result)).values()) == {"dead"}
         assert await conformance.dlq_size() == 4
 
+    async def test_a_job_that_failed_with_its_dependency_releases_the_child_ignoring_it(
+        self, conformance: Conformance
+    ) -> None:
+        result = await _flow(
+            conformance,
+            [
+                FlowChild(name="fetch", max_attempts=1),
+                FlowChild(name="parse", depends_on=["fetch"], on_dependency_failure="fail"),
+                FlowChild(name="index", depends_on=["parse"], on_dependency_failure="fail"),
+                FlowChild(
+                    name="tidy",
+                    payload="tidy",
+                    depends_on=["index", "fetch"],
+                    on_dependency_failure="ignore",
+                ),
+            ],
+        )
+        await _dies(conformance, "attempts", result.jobs[0].job_id)
+        assert await _states(conformance, result) == {
+            "fetch": "dead",
+            "parse": "dead",
+            "index": "dead",
+            "tidy": "pending",
+        }
+        record = Recorder()
+        assert await _run(conformance, record) == 1
+        assert record.seen == ["tidy"]
+
     async def test_ignore_child_still_waits_for_its_other_dependencies(
         self, conformance: Conformance
     ) -> None:
