@@ -884,7 +884,7 @@ class _LocalFeed(QueueFeed):
             else:
                 await self._backend._commit_seen(baseline)
             # Not faster than _FEED_READ_GAP, however often the file changes.
-            await anyio.sleep(self._read_at + _FEED_READ_GAP - anyio.current_time())
+            await anyio.sleep(max(0.0, self._read_at + _FEED_READ_GAP - anyio.current_time()))
             return await self._read()
         return EventRead()
 
