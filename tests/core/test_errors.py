@@ -34,6 +34,7 @@ EXTENSION_CODES = {
     "queue/unique-unsupported",
     "queue/results-unsupported",
     "queue/cancel-unsupported",
+    "queue/watch-unsupported",
     "queue/records-unsupported",
     "queue/job-edits-unsupported",
     "queue/job-ids-unsupported",

@@ -11,6 +11,7 @@ from blamequeue import Job, JobContext, JobEvent, Queue
 from blamequeue_local import connect
 from blamequeue_testing import VirtualClock
 from cross_process_events import run_elsewhere_and_watch
+from cross_process_watch import EXPECTED, watch_a_producer_and_a_worker
 
 pytestmark = pytest.mark.anyio
 
@@ -65,3 +66,10 @@ async def test_a_store_with_no_file_to_watch_is_polled_on_the_queue_clock() -> N
             assert [(e.kind, e.percent) for e in events] == [("progress", 50.0), ("finished", None)]
     finally:
         connection.close()
+
+
+async def test_a_watch_sees_a_producer_and_a_worker_process_in_order_per_job(
+    tmp_path: Path,
+) -> None:
+    config = {"protocol": "local", "path": str(tmp_path / "jobs.db")}
+    assert await watch_a_producer_and_a_worker(config) == EXPECTED

@@ -7,6 +7,7 @@ import pytest
 from redis_helpers import config
 
 from cross_process_events import run_elsewhere_and_watch
+from cross_process_watch import EXPECTED, watch_a_producer_and_a_worker
 
 pytestmark = pytest.mark.anyio
 
@@ -20,3 +21,9 @@ async def test_a_subscriber_sees_another_processs_progress_and_result(redis_url:
     ]
     assert events[-1].state == "done"
     assert result == {"pid": pid}
+
+
+async def test_a_watch_sees_a_producer_and_a_worker_process_in_order_per_job(
+    redis_url: str,
+) -> None:
+    assert await watch_a_producer_and_a_worker(config(redis_url)) == EXPECTED

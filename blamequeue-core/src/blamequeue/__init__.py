@@ -49,6 +49,7 @@ from ._outcomes import RateLimited, RetryLater, UnrecoverableError
 from ._progress import JobEvent, Subscription
 from ._prometheus import metrics_app
 from ._queue import Queue
+from ._queue_watch import QueueWatch
 from ._schedules import Every, Schedule, ScheduleStatus
 from ._tasks import FunctionTask, PendingDispatch, Task, TaskRegistry, task
 from .errors import QueueError
@@ -100,6 +101,7 @@ __all__ = [
     "Queue",
     "QueueError",
     "QueueEvent",
+    "QueueWatch",
     "QueueHealth",
     "QueueInfo",
     "QueueMetrics",

@@ -389,6 +389,31 @@ class JobWatch:
         return outcome[0] if outcome else None
 
 
+@attrs.frozen(kw_only=True)
+class EventRead:
+    """What one :meth:`QueueFeed.read` returns."""
+
+    events: Sequence[str] = ()
+    """The events appended since the last read, verbatim (the strings given to
+    :meth:`~blamequeue.abc.QueueEvents.publish_events`), in the order the store appended
+    them."""
+    missed: bool = False
+    """Some events appended after the watch opened were dropped from the store's log (it is
+    capped) before this watch read them: the core tells the watcher with a ``watch.gap``."""
+
+
+class QueueFeed:
+    """What :meth:`~blamequeue.abc.QueueEvents.watch_queue` yields: one watcher's cursor in
+    one queue's event log, positioned when the watch opened.  A backend yields a subclass
+    whose :meth:`read` reads its store."""
+
+    async def read(self, timeout: float) -> EventRead:
+        """The events appended after the cursor, moving the cursor past them; when there are
+        none, wait for some at most ``timeout`` seconds of **real** time and return what came
+        (maybe nothing: returning early and empty is allowed)."""
+        raise NotImplementedError  # pragma: no cover - implemented by each backend
+
+
 def record_prefix_bound(prefix: str) -> str | None:
     """For backends listing records by key prefix (:meth:`Backend.record_list`): the smallest
     string greater than every string starting with ``prefix`` in code point order, or ``None``

@@ -393,6 +393,7 @@ class Consumer:
             return
         self._held += len(leases)
         self.stats.leased += len(leases)
+        self._runtime.leased(self.queue_name, len(leases))
         if self._rate_limit is not None:
             self._starts.extend([self._runtime.clock.now()] * len(leases))
         backoff = self._backoff

@@ -1,9 +1,13 @@
 """In-process events: ``queue.on(name, listener)`` and friends (SPEC §9).
 
 An event is raised in the process where its thing happens (``job.added`` in the producer,
-``job.processing`` / ``job.completed`` / ``job.failed`` / ``job.retrying`` in the worker,
-``job.stalled`` in whichever process's sweep found the expired lease, ...).  For figures that
-every process sees, read the backend-kept metrics (``Queue.metrics``) instead.
+``job.processing`` / ``job.completed`` / ``job.failed`` / ``job.retrying`` / ``job.dead`` in
+the worker, ``job.stalled`` in whichever process's sweep found the expired lease, ...).  A
+failure raises ``job.failed``, then ``job.retrying`` or, when it was the last, ``job.dead``
+(SPEC §15).  For figures that every process sees, read the backend-kept metrics
+(``Queue.metrics``); to receive the events of every process, ``Queue.watch``
+(:mod:`._queue_watch`: a backend with ``queue_events`` taps :class:`EventBus` through
+:meth:`EventBus.tap`).
 
 Listeners are plain or ``async`` callables taking one :class:`QueueEvent`.  Plain ones run
 inline, so they must be quick; ``async`` ones run as tasks of the queue's task group, so a slow
@@ -22,7 +26,7 @@ import logging
 import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
-from typing import Any, Final, Literal, TypeVar, get_args
+from typing import Any, Final, Literal, Protocol, TypeVar, get_args
 
 import anyio
 import attrs
@@ -37,7 +41,9 @@ __all__ = [
     "EventBus",
     "EventName",
     "EventSubscription",
+    "EventTap",
     "QueueEvent",
+    "TAPPED",
     "listens_to",
 ]
 
@@ -51,6 +57,8 @@ EventName = Literal[
     "job.retrying",
     "job.stalled",
     "job.progress",
+    "job.dead",
+    "queue.drained",
     "queue.paused",
     "queue.resumed",
     "queue.error",
@@ -113,6 +121,40 @@ def _check_name(name: Any, *, allow_any: bool = False) -> str:
     return checked
 
 
+class EventTap(Protocol):
+    """Where a backend's events also go (``Queue.watch`` across processes): the publisher of
+    :mod:`._queue_watch`.  Called for every event of :data:`TAPPED` the bus raises for that
+    backend, whether or not a listener wants it, so it must be a list append."""
+
+    def offer(
+        self,
+        queue: str,
+        name: str,
+        *,
+        at: float,
+        job_id: str | None,
+        data: Mapping[str, Any],
+    ) -> None: ...
+
+
+#: The events that reach ``Queue.watch`` (SPEC §15): a queue's jobs and the queue itself.
+TAPPED: Final = frozenset(
+    {
+        "job.added",
+        "job.processing",
+        "job.completed",
+        "job.failed",
+        "job.retrying",
+        "job.stalled",
+        "job.progress",
+        "job.dead",
+        "queue.drained",
+        "queue.paused",
+        "queue.resumed",
+    }
+)
+
+
 class _Entry:
     """One subscription: the listener (weakly, for bound methods), once or not."""
 
@@ -165,6 +207,7 @@ class EventBus:
     def __init__(self) -> None:
         self._by_name: dict[str, list[_Entry]] = {}
         self._task_group: TaskGroup | None = None
+        self._taps: dict[str, EventTap] = {}
         self._pending = 0
         self.dropped = 0
         """Async listener calls dropped because :data:`MAX_PENDING_LISTENERS` were running."""
@@ -215,10 +258,17 @@ class EventBus:
             if not entries:
                 del self._by_name[entry.name]
 
+    def tap(self, backend: str, tap: EventTap) -> None:
+        """Hand every event of :data:`TAPPED` raised for ``backend`` to ``tap`` as well."""
+        self._taps[backend] = tap
+
     def wants(self, name: str) -> bool:
-        """Whether anyone listens to ``name``: callers skip building events nobody gets."""
+        """Whether anyone listens to ``name`` (a listener, or a tap): callers skip building
+        events nobody gets."""
         by_name = self._by_name
-        return bool(by_name) and (name in by_name or "*" in by_name)
+        if by_name and (name in by_name or "*" in by_name):
+            return True
+        return bool(self._taps) and name in TAPPED
 
     def emit(
         self,
@@ -230,7 +280,11 @@ class EventBus:
         job_id: str | None = None,
         data: Mapping[str, Any] | None = None,
     ) -> None:
-        if not self.wants(name):
+        tap = self._taps.get(backend) if backend is not None else None
+        if tap is not None and queue is not None and name in TAPPED:
+            tap.offer(queue, name, at=at, job_id=job_id, data=data or {})
+        by_name = self._by_name
+        if not (by_name and (name in by_name or "*" in by_name)):
             return
         event = QueueEvent(
             name=name,

@@ -450,8 +450,7 @@ async def settle(
             )
         if outcome in ("done", "dead") and a.meta.batch is not None:
             await _count_in_batch(runtime, a, outcome)
-        if runtime.events.wants(_EVENT_OF[outcome]):
-            emit_settled(runtime, a, outcome)
+        emit_settled(runtime, a, outcome)
         if a.job.flow_id is not None and outcome in ("done", "dead"):
             # Its end may have released parked siblings (a dead one those that ignore it),
             # on any queue of the flow: wake idle consumers.
@@ -498,7 +497,7 @@ def _finished_at(runtime: BackendRuntime, attempt: Attempt, outcome: str) -> flo
     return settlement.at
 
 
-_EVENT_OF = {"done": "job.completed", "retry": "job.retrying", "dead": "job.failed"}
+_EVENT_OF = {"done": "job.completed", "retry": "job.retrying", "dead": "job.dead"}
 _SETTLED = {"done": "succeeded", "retry": "failed, to be retried", "dead": "sent to the DLQ"}
 
 
@@ -521,20 +520,30 @@ def emit_deferred(runtime: BackendRuntime, attempt: Attempt) -> None:
 
 
 def emit_settled(runtime: BackendRuntime, attempt: Attempt, outcome: str) -> None:
+    """``job.completed``; or, for a failure, ``job.failed`` then ``job.retrying`` or (the last
+    one) ``job.dead`` (SPEC §15)."""
+    events = runtime.events
+    name = _EVENT_OF[outcome]
+    failed = outcome != "done" and events.wants("job.failed")
+    if not failed and not events.wants(name):
+        return
     job, settlement = attempt.job, attempt.settlement
     data: dict[str, Any] = {"attempts": job.attempts}
+    at = _finished_at(runtime, attempt, outcome)
     if outcome != "done":
         data["error"] = attempt.error
+        if failed:
+            events.emit(
+                "job.failed",
+                queue=job.queue,
+                backend=runtime.name,
+                at=at,
+                job_id=job.id,
+                data={**data, "dead": outcome == "dead"},
+            )
     if outcome == "retry" and settlement is not None:
         data["retry_at"] = settlement.at
-    runtime.events.emit(
-        _EVENT_OF[outcome],
-        queue=job.queue,
-        backend=runtime.name,
-        at=_finished_at(runtime, attempt, outcome),
-        job_id=job.id,
-        data=data,
-    )
+    events.emit(name, queue=job.queue, backend=runtime.name, at=at, job_id=job.id, data=data)
 
 
 def observe(runtime: BackendRuntime, attempt: Attempt, outcome: str) -> None:

@@ -1,8 +1,8 @@
 """Failed-job notifications: tell people when jobs land in the dead-letter queue (SPEC §9).
 
-A :class:`DeadJobNotifier` listens to this process's ``job.failed`` events (a job ran out of
-attempts) and ``job.stalled`` events that dead-lettered a job (its lease expired on its last
-attempt), keeps those its ``filter`` accepts, and hands them to its channels off the hot path:
+A :class:`DeadJobNotifier` listens to this process's ``job.dead`` events (a job ran out of
+attempts, or its lease expired on its last attempt), keeps those its ``filter`` accepts, and
+hands them to its channels off the hot path:
 dead jobs arriving within ``batch_window`` seconds go out as one message, and each channel
 sends at most ``rate_limit`` messages per hour (what is over the limit is counted and folded
 into the next message allowed).  Delivery runs in the queue's task group; a channel that fails
@@ -459,12 +459,10 @@ class DeadJobNotifier:
     # -- wiring --------------------------------------------------------------------------
     def attach(self, queue: EventSource) -> None:
         self._queue = queue
-        queue.on("job.failed", self._on_event)
-        queue.on("job.stalled", self._on_event)
+        queue.on("job.dead", self._on_event)
 
     def _on_event(self, event: QueueEvent) -> None:
-        if event.name == "job.stalled" and not event.data.get("dead"):
-            return
+        stalled = bool(event.data.get("stalled"))
         job = DeadJob(
             job_id=event.job_id or "",
             queue=event.queue or "",
@@ -474,7 +472,7 @@ class DeadJobNotifier:
             error=(event.data.get("error") or "lease expired: its worker stopped answering")[
                 :_ERROR_CHARS
             ],
-            reason="lease-expired" if event.name == "job.stalled" else "attempts-exhausted",
+            reason="lease-expired" if stalled else "attempts-exhausted",
         )
         if self.filter is not None:
             try:

@@ -37,7 +37,7 @@ class RetryLater(Exception):
     the attempt is given back, so it does not count against ``max_attempts`` and its
     ``last_error`` is left as it was.  Neither a success nor a failure: ``TickResult.deferred``
     and ``ConsumerStats.deferred`` count it, and the worker raises ``job.retrying`` (never
-    ``job.failed``).
+    ``job.failed``), with ``data["deferred"]``.
 
     ``seconds`` is a finite number from 0 to 10 years; anything else raises
     ``queue/bad-argument`` where the exception is made, which in a handler fails the attempt

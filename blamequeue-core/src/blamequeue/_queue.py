@@ -69,6 +69,7 @@ from ._pause import is_paused, set_paused
 from ._plugins import load_registry
 from ._presence import LIVE_FOR
 from ._progress import Subscription
+from ._queue_watch import QueueWatch
 from ._rate_limited import rate_limited_until
 from ._records import RecordStore
 from ._results import check_timeout, not_found, require_results, wait_for_result
@@ -102,6 +103,7 @@ from .abc import (
     JobIds,
     Lifo,
     NewJob,
+    QueueEvents,
     StoredJob,
 )
 from .errors import (
@@ -213,6 +215,8 @@ class Queue:
         self._notifiers: list[DeadJobNotifier] = []
         for runtime in self._runtimes.values():
             runtime.events = self._events
+            if runtime.publisher is not None:
+                self._events.tap(runtime.name, runtime.publisher)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **kwargs: Any) -> Queue:
@@ -260,6 +264,9 @@ class Queue:
             self._tg.start_soon(self._sweep_loop)
         if any(r.backend.capabilities.records for r in self._runtimes.values()):
             self._tg.start_soon(self._metrics_loop)
+        for runtime in self._runtimes.values():
+            if runtime.publisher is not None:
+                self._tg.start_soon(runtime.publisher.run)
 
     @staticmethod
     async def _close_backend(runtime: BackendRuntime) -> None:
@@ -301,6 +308,9 @@ class Queue:
                     await self._flush_metrics(runtime)
                 for notifier in self._notifiers:
                     await notifier.flush()
+                for runtime in self._runtimes.values():
+                    if runtime.publisher is not None:
+                        await runtime.publisher.flush()
                 await self._auditor.close()
             self._tg.cancel_scope.cancel()
             self._events.attach(None)
@@ -769,6 +779,22 @@ class Queue:
             "system.queue." + name.split(".", 1)[1], backend=runtime.name, queue=queue_name
         )
 
+    def watch(self, queue_name: str, *, backend: str | None = None) -> QueueWatch:
+        """The events of ``queue_name`` raised in **any** process sharing the backend, from
+        the moment it is entered, in order per job (SPEC §15)::
+
+            async with queue.watch("emails") as events:
+                async for event in events:
+                    ...
+
+        ``queue/watch-unsupported`` on a backend without ``queue_events`` (``sqs``).  See
+        docs/events.md for what a watcher that falls behind sees."""
+        runtime = self._runtime(backend)
+        check_queue_name(queue_name)
+        return QueueWatch(
+            QueueEvents.of(runtime.backend), runtime.publisher, queue_name, runtime.name
+        )
+
     # -- events (in this process; see _events.py) ---------------------------------------------
     def on(self, event: str, listener: Callable[[QueueEvent], Any] | None = None) -> Any:
         """Call ``listener(event)`` on every ``event`` raised in this process (a name of
@@ -812,14 +838,26 @@ class Queue:
         return notifier
 
     def _stalled(self, runtime: BackendRuntime, stored: StoredJob, *, dead: bool) -> None:
+        """``job.stalled`` for a job whose lease expired; then ``job.dead`` when that was its
+        last attempt (the sweep dead-lettered it)."""
+        now = self._clock.now()
         self._events.emit(
             "job.stalled",
             queue=stored.queue,
             backend=runtime.name,
-            at=self._clock.now(),
+            at=now,
             job_id=stored.id,
             data={"attempts": stored.attempts, "dead": dead},
         )
+        if dead:
+            self._events.emit(
+                "job.dead",
+                queue=stored.queue,
+                backend=runtime.name,
+                at=now,
+                job_id=stored.id,
+                data={"attempts": stored.attempts, "stalled": True},
+            )
 
     # -- tasks -----------------------------------------------------------------------------
     @property

@@ -20,6 +20,7 @@ from ._job_logging import job_extra
 from ._job_meta import JobMeta
 from ._metrics_buffer import MetricsBuffer
 from ._plugins import PluginRegistry
+from ._queue_watch import EventPublisher
 from ._resilience import CircuitBreaker, Guard, parse_breaker_options, parse_retry
 from ._sealing import SealPlan, plan_seal
 from ._suggest import did_you_mean_protocol
@@ -29,7 +30,15 @@ from ._validation import (
     check_max_payload_bytes,
     is_duration,
 )
-from .abc import Backend, BackendContext, Clock, Retention, RetentionLimits, StoredJob
+from .abc import (
+    Backend,
+    BackendContext,
+    Clock,
+    QueueEvents,
+    Retention,
+    RetentionLimits,
+    StoredJob,
+)
 from .errors import ConfigError, ErrorCode, QueueError, SealKeyMissingError, UnsupportedError
 
 __all__ = ["BackendRuntime", "build_runtime"]
@@ -84,6 +93,9 @@ class BackendRuntime:
     metrics: MetricsBuffer = attrs.field(factory=MetricsBuffer, init=False)
     events: EventBus = attrs.field(factory=EventBus, init=False)
     """The listeners of the queue this runtime belongs to (the queue sets its own bus)."""
+    publisher: EventPublisher | None = attrs.field(default=None, init=False)
+    """Where this process's events of the backend go to reach every ``Queue.watch``, in any
+    process (``None``: the backend has no ``queue_events``)."""
     paused: dict[str, tuple[bool, float]] = attrs.field(factory=dict, init=False)
     rate_limited: dict[str, tuple[float | None, float]] = attrs.field(factory=dict, init=False)
     """Per queue name: when its rate-limit pause ends (``None``: none known), and when that
@@ -127,6 +139,12 @@ class BackendRuntime:
             at=self.clock.now(),
             data={"operation": "unseal", "code": error.code, "key_id": self.missing_seal_key},
         )
+
+    def leased(self, queue: str, count: int) -> None:
+        """A lease of ``queue`` took ``count`` jobs: maybe the last due ones, which raises
+        ``queue.drained`` for its watchers (see :meth:`EventPublisher.leased`)."""
+        if count and self.publisher is not None:
+            self.publisher.leased(queue, at=self.clock.now())
 
     def refuse_if_key_missing(self) -> None:
         """Raise :class:`SealKeyMissingError` once a job met a key this process lacks."""
@@ -287,6 +305,8 @@ def build_runtime(
         max_payload_bytes=max_payload,
     )
     breaker.on_change = runtime.breaker_changed
+    if isinstance(backend, QueueEvents):
+        runtime.publisher = EventPublisher(backend=backend, clock=clock, name=name)
     return runtime
 
 

@@ -56,6 +56,7 @@ async def run_tick(
             limits=limits,
         ),
     )
+    runtime.leased(queue_name, len(leases))
     counts = SettleCounts()
     attempts = [Attempt.start(lease_, backoff=backoff) for lease_ in leases]
     try:

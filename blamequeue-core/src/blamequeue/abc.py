@@ -70,12 +70,14 @@ from ._backend_values import (
     Clock,
     DependencyPolicy,
     EditOutcome,
+    EventRead,
     JobCursor,
     JobState,
     JobWatch,
     Lease,
     LeaseLimits,
     NewJob,
+    QueueFeed,
     QueueStats,
     Record,
     Retention,
@@ -103,6 +105,7 @@ __all__ = [
     "DEPENDENCY_POLICIES",
     "DeadLetters",
     "EditOutcome",
+    "EventRead",
     "DependencyPolicy",
     "FlowPolicies",
     "Flows",
@@ -114,6 +117,8 @@ __all__ = [
     "Lifo",
     "NextDue",
     "OverlappedLease",
+    "QueueEvents",
+    "QueueFeed",
     "RateLimits",
     "Records",
     "Results",
@@ -178,6 +183,7 @@ class Capabilities:
     * ``results``: :class:`Results`.
     * ``progress_events``: :class:`JobEvents`.
     * ``cancel``: :class:`Cancellation`.
+    * ``queue_events``: :class:`QueueEvents`.
     * ``retention_limits``: :class:`RetentionLimits`.
     * ``job_edits``: :class:`JobEdits`.
     * ``job_ids``: :class:`JobIds`.
@@ -204,6 +210,7 @@ class Capabilities:
     results: bool = False
     progress_events: bool = False
     cancel: bool = False
+    queue_events: bool = False
     retention_limits: bool = False
     job_edits: bool = False
     job_ids: bool = False
@@ -244,7 +251,8 @@ class Backend(abc.ABC):
     inherit the optional facets (:class:`DeadLetters`, :class:`Flows`, :class:`FlowPolicies`,
     :class:`CrossQueueFlows`, :class:`Records`, :class:`Uniqueness`, :class:`RateLimits`,
     :class:`GroupLimits`, :class:`Inspection`, :class:`Results`, :class:`JobEvents`,
-    :class:`Cancellation`, :class:`RetentionLimits`, :class:`JobEdits`, :class:`JobIds`,
+    :class:`Cancellation`, :class:`QueueEvents`, :class:`RetentionLimits`, :class:`JobEdits`,
+    :class:`JobIds`,
     :class:`Lifo`, :class:`Wakeup`, :class:`NextDue`, :class:`WaitAndLease`,
     :class:`OverlappedLease`) your store can hold:
     each adds its methods, and :attr:`capabilities` follows from the facets a class inherits.
@@ -850,6 +858,52 @@ class Cancellation(Backend):
         """
 
 
+class QueueEvents(Backend):
+    """Facet: a queue's events across processes (``Queue.watch``).  Each queue has an event
+    log in the store: the core appends the events of its processes with
+    :meth:`publish_events` while someone watches the queue (:meth:`mark_watched`,
+    :meth:`is_watched`), and every :meth:`watch_queue`, in any process, reads the events
+    appended after it opened.  The log is capped (the backend documents its bound: it keeps
+    at least the last 1,000 events of a queue and at most about 20,000); a watch that falls
+    further behind than the cap loses the oldest events and is told so
+    (:attr:`EventRead.missed`).
+    """
+
+    capability = "queue_events"
+    refusal: ClassVar[Refusal | None] = (
+        "queue/watch-unsupported",
+        "carry a queue's events between processes (Queue.watch)",
+        "e.g. 'local', 'redis', 'memory'",
+    )
+
+    @abc.abstractmethod
+    async def publish_events(self, queue: str, events: Sequence[str], *, now: float) -> None:
+        """Append ``events`` (opaque text from the core, one compact JSON object each, holding
+        no payload, result or error text) to the log of ``queue``, in this order, in one step:
+        every watch sees all of them or none, and never a later event before an earlier one
+        of the same call.  The core calls it off the path that runs handlers, with every
+        event one process raised since its last call, so it must cost one cheap write (one
+        statement, one script).  Trim the log to the backend's cap in the same step."""
+
+    @abc.abstractmethod
+    async def mark_watched(self, queue: str, *, until: float, now: float) -> None:
+        """Note that a :meth:`watch_queue` of ``queue`` is open, in some process, until
+        ``until`` (the watcher renews it well before then).  Keep the latest ``until``."""
+
+    @abc.abstractmethod
+    async def is_watched(self, queue: str, *, now: float) -> bool:
+        """Whether a :meth:`mark_watched` of ``queue`` still holds at ``now``: one cheap read
+        (a key, a row), asked by each publishing process at most about once a second."""
+
+    @abc.abstractmethod
+    @contextlib.asynccontextmanager
+    async def watch_queue(self, queue: str) -> AsyncIterator[QueueFeed]:
+        """Open a cursor at the end of the log of ``queue`` *before* yielding, so every event
+        appended after entering is read, and nothing appended before.  Yield a
+        :class:`QueueFeed` subclass; the cursor is closed when the context exits."""
+        yield QueueFeed()  # pragma: no cover - abstract
+
+
 class RetentionLimits(Backend):
     """Facet: pruning finished jobs beyond ``retain_done`` (SPEC §3.12): dead jobs by age
     (``retain_dead``) and each queue's finished jobs by count (``retain_done_count``,
@@ -1090,6 +1144,7 @@ FACETS: tuple[type[Backend], ...] = (
     Results,
     JobEvents,
     Cancellation,
+    QueueEvents,
     RetentionLimits,
     JobEdits,
     JobIds,

@@ -18,7 +18,8 @@ The tree::
     │                                  queue/unique-unsupported, queue/results-unsupported,
     │                                  queue/cancel-unsupported, queue/records-unsupported,
     │                                  queue/job-edits-unsupported, queue/job-ids-unsupported,
-    │                                  queue/lifo-unsupported, queue/retention-unsupported
+    │                                  queue/lifo-unsupported, queue/retention-unsupported,
+    │                                  queue/watch-unsupported
     ├── BackendUnavailableError        queue/backend-unavailable (retryable)
     ├── ResultTimeoutError (TimeoutError)  queue/result-timeout
     ├── JobFailedError                 queue/job-failed (.job_id, .state, .last_error)
@@ -57,6 +58,7 @@ ErrorCode = Literal[
     "queue/inspection-unsupported",
     "queue/limits-unsupported",
     "queue/cancel-unsupported",
+    "queue/watch-unsupported",
     "queue/job-edits-unsupported",
     "queue/bad-flow",
     "queue/flow-cycle",
@@ -142,7 +144,7 @@ class UnsupportedError(QueueError):
     ``queue/results-unsupported``, ``queue/cancel-unsupported``,
     ``queue/records-unsupported``, ``queue/job-edits-unsupported``,
     ``queue/job-ids-unsupported``, ``queue/lifo-unsupported``,
-    ``queue/retention-unsupported``)."""
+    ``queue/retention-unsupported``, ``queue/watch-unsupported``)."""
 
 
 class BackendUnavailableError(QueueError):

@@ -31,6 +31,7 @@ from blamequeue.abc import (
     CrossQueueFlows,
     DeadLetters,
     EditOutcome,
+    EventRead,
     FlowPolicies,
     Flows,
     GroupLimits,
@@ -45,6 +46,8 @@ from blamequeue.abc import (
     Lifo,
     NewJob,
     NextDue,
+    QueueEvents,
+    QueueFeed,
     QueueStats,
     RateLimits,
     Record,
@@ -198,6 +201,7 @@ class LocalBackend(
     JobIds,
     Lifo,
     NextDue,
+    QueueEvents,
     RateLimits,
     Records,
     Results,
@@ -613,6 +617,28 @@ class LocalBackend(
                 return current
             await anyio.sleep(POLL_INTERVAL)
 
+    # -- queue events (Queue.watch) --------------------------------------------------------
+    async def publish_events(self, queue: str, events: Sequence[str], *, now: float) -> None:
+        await self._execute(self._sql.queue_events_publish, (queue, _dumps(list(events))))
+
+    async def mark_watched(self, queue: str, *, until: float, now: float) -> None:
+        await self._execute(self._sql.watch_mark, (queue, until))
+
+    async def is_watched(self, queue: str, *, now: float) -> bool:
+        return await self._one(self._sql.watched, (queue, now)) is not None
+
+    @contextlib.asynccontextmanager
+    async def watch_queue(self, queue: str) -> AsyncIterator[QueueFeed]:
+        """A cursor (the last ``seq`` read) in the queue's events table, woken by the WAL
+        watch of :meth:`wait_for_work` (every commit to the file, by any process) and reading
+        at most every :data:`_FEED_READ_GAP` seconds; a store with no file to watch is read
+        every :data:`_FEED_READ_GAP` seconds."""
+        after = await self._count(self._sql.queue_events_last, ())
+        yield _LocalFeed(self, queue, after)
+
+    async def _queue_events_after(self, queue: str, seq: int) -> list[Row]:
+        return await self._all(self._sql.queue_events_read, (queue, seq, _FEED_BATCH))
+
     # -- inspecting and operating ---------------------------------------------------------
     async def size(self, queue: str) -> int:
         return await self._count(self._sql.size, (queue,))
@@ -829,6 +855,52 @@ def _record(kind: str, row: Row) -> Record:
         counters=json.loads(row[2]),
         expires_at=None if row[3] is None else float(row[3]),
     )
+
+
+#: The most rows a queue watch reads at once, and the least real time between two reads.
+_FEED_BATCH: Final = 1000
+_FEED_READ_GAP: Final = 0.05
+
+
+class _LocalFeed(QueueFeed):
+    """One queue watch on the ``local`` backend: a commit to the file wakes it, then one
+    statement reads what came after its cursor (and whether the trim passed it)."""
+
+    def __init__(self, backend: LocalBackend, queue: str, after: int) -> None:
+        self._backend = backend
+        self._queue = queue
+        self._after = after
+        self._read_at = -float("inf")
+
+    async def read(self, timeout: float) -> EventRead:
+        signature = self._backend._signature
+        baseline = None if signature is None else signature.read()
+        found = await self._read()
+        if found.events or found.missed or timeout <= 0:
+            return found
+        with anyio.move_on_after(timeout):
+            if baseline is None:
+                await anyio.sleep(timeout)
+            else:
+                await self._backend._commit_seen(baseline)
+            # Not faster than _FEED_READ_GAP, however often the file changes.
+            await anyio.sleep(max(0.0, self._read_at + _FEED_READ_GAP - anyio.current_time()))
+            return await self._read()
+        return EventRead()
+
+    async def _read(self) -> EventRead:
+        self._read_at = anyio.current_time()
+        rows = await self._backend._queue_events_after(self._queue, self._after)
+        missed = False
+        events: list[str] = []
+        for seq, event in rows:
+            if int(seq) < 0:
+                missed = True
+                self._after = max(self._after, int(event))  # what is left comes after it
+                continue
+            self._after = int(seq)
+            events.append(str(event))
+        return EventRead(events=events, missed=missed)
 
 
 class _LocalWatch(JobWatch):

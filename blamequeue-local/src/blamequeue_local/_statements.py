@@ -115,6 +115,11 @@ def _entry_values(value: list[str]) -> str:
 #: Seconds a progress event stays in the events table (only to reach current subscribers).
 EVENTS_KEPT: Final = 10.0
 
+#: Events each queue's log keeps for ``Queue.watch`` (about: it is trimmed every
+#: :data:`QUEUE_EVENTS_TRIM_EVERY` rows of the table).
+QUEUE_EVENTS_KEPT: Final = 10_000
+QUEUE_EVENTS_TRIM_EVERY: Final = 256
+
 _LIVE: Final = "('pending', 'inflight', 'parked')"
 _HOLDING: Final = "(" + ", ".join(f"'{state}'" for state in UNIQUE_HOLDING_STATES) + ")"
 
@@ -137,6 +142,9 @@ class Statements:
         self.table = t
         w = self.workers = f'{prefix}"{table}_workers"'
         e = self.events = f'{prefix}"{table}_events"'
+        self.queue_events = f'{prefix}"{table}_queue_events"'
+        self.queue_event_trims = f'{prefix}"{table}_queue_event_trims"'
+        self.watchers = f'{prefix}"{table}_queue_watchers"'
 
         # ``seq`` (the rowid) is the enqueue order; ``id`` is the public job id.  payload,
         # last_error and meta are opaque text from the core, stored verbatim.  depends_on is
@@ -300,6 +308,42 @@ class Statements:
             AFTER INSERT ON "{table}_events" FOR EACH ROW
             BEGIN
                 DELETE FROM "{table}_events" WHERE at < NEW.at - {EVENTS_KEPT};
+            END""",
+            # Queue.watch (SPEC §15): each queue's event log, appended by the publishers of
+            # every process and read by watchers after a cursor (seq, never reused); trimmed
+            # by the trigger below to about QUEUE_EVENTS_KEPT rows per queue, the newest kept,
+            # noting in the trims table the last seq it deleted (a watcher behind it missed
+            # events).  The watchers table holds, per queue, until when someone watches.
+            f"""
+            CREATE TABLE IF NOT EXISTS {self.queue_events} (
+                seq INTEGER PRIMARY KEY AUTOINCREMENT,
+                queue TEXT NOT NULL,
+                event TEXT NOT NULL
+            )""",
+            f'CREATE INDEX IF NOT EXISTS {prefix}"{table}_queue_events_idx" '
+            f'ON "{table}_queue_events" (queue, seq)',
+            f"""
+            CREATE TABLE IF NOT EXISTS {self.queue_event_trims} (
+                queue TEXT PRIMARY KEY,
+                seq INTEGER NOT NULL
+            )""",
+            f"""
+            CREATE TABLE IF NOT EXISTS {self.watchers} (
+                queue TEXT PRIMARY KEY,
+                until REAL NOT NULL
+            )""",
+            f"""
+            CREATE TRIGGER IF NOT EXISTS {prefix}"{table}_queue_events_trim"
+            AFTER INSERT ON "{table}_queue_events" FOR EACH ROW
+            WHEN NEW.seq % {QUEUE_EVENTS_TRIM_EVERY} = 0
+            BEGIN
+                INSERT INTO "{table}_queue_event_trims" (queue, seq)
+                SELECT NEW.queue, seq FROM "{table}_queue_events"
+                WHERE queue = NEW.queue ORDER BY seq DESC LIMIT 1 OFFSET {QUEUE_EVENTS_KEPT}
+                ON CONFLICT (queue) DO UPDATE SET seq = max(seq, excluded.seq);
+                DELETE FROM "{table}_queue_events" WHERE queue = NEW.queue AND seq <= (
+                    SELECT seq FROM "{table}_queue_event_trims" WHERE queue = NEW.queue
+                );
             END""",
         )
         # Migration of a table made by an earlier version: which columns it has.  Missing
@@ -647,6 +691,31 @@ class Statements:
         self.event_last = f"SELECT coalesce(max(seq), 0) FROM {e}"
         # Params: job_id, after seq.
         self.event_read = f"SELECT seq, event FROM {e} WHERE job_id = ?1 AND seq > ?2 ORDER BY seq"
+
+        # -- queue events (Queue.watch) --------------------------------------------------------
+        # Params: queue, a JSON array of event texts (appended in its order, in one statement).
+        self.queue_events_publish = f"""
+            INSERT INTO {self.queue_events} (queue, event)
+            SELECT ?1, value FROM json_each(?2) ORDER BY key"""
+        self.queue_events_last = f"SELECT coalesce(max(seq), 0) FROM {self.queue_events}"
+        # Params: queue, after seq, limit.  First a row (-1, the last seq trimmed) when events
+        # of the queue after that seq were trimmed before being read.
+        self.queue_events_read = f"""
+            SELECT seq, event FROM (
+                SELECT -1 AS seq, trims.seq AS event FROM {self.queue_event_trims} AS trims
+                WHERE trims.queue = ?1 AND trims.seq > ?2
+                UNION ALL
+                SELECT * FROM (
+                    SELECT seq, event FROM {self.queue_events}
+                    WHERE queue = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3
+                )
+            ) ORDER BY seq"""
+        # Params: queue, until.
+        self.watch_mark = f"""
+            INSERT INTO {self.watchers} (queue, until) VALUES (?1, ?2)
+            ON CONFLICT (queue) DO UPDATE SET until = max(until, excluded.until)"""
+        # Params: queue, now.
+        self.watched = f"SELECT 1 FROM {self.watchers} WHERE queue = ?1 AND until > ?2"
 
         # Params: queue, now.  Health checks: one pass over the queue's pending jobs.
         self.queue_stats = f"""

@@ -32,6 +32,7 @@ from blamequeue.abc import (
     CancelOutcome,
     DeadLetters,
     EditOutcome,
+    EventRead,
     FlowPolicies,
     GroupLimits,
     JobCursor,
@@ -46,6 +47,8 @@ from blamequeue.abc import (
     NewJob,
     NextDue,
     OverlappedLease,
+    QueueEvents,
+    QueueFeed,
     QueueStats,
     RateLimits,
     Record,
@@ -101,6 +104,8 @@ from blamequeue_redis._scripts import (
     PROMOTE,
     PRUNE,
     PURGE,
+    QUEUE_EVENTS_PUBLISH,
+    QUEUE_EVENTS_READ,
     RERUN,
     SCRIPTS,
     SETTLE,
@@ -108,6 +113,7 @@ from blamequeue_redis._scripts import (
     SWEEP,
     UPDATE_PAYLOAD,
     WAIT_MARK,
+    WATCH_MARK,
     WORKER_BEAT,
     WORKER_GONE,
     WORKER_LIST,
@@ -139,6 +145,8 @@ _QUEUES_PER_PIPELINE: Final = 500
 #: Tokens are ``<16 hex digits>:<queue name>``: a settlement names only its job and token, and
 #: the token says which queue's script must check it.
 _TOKEN_HEX: Final = 16
+#: The most events a queue watch reads at once.
+_FEED_BATCH: Final = 1000
 #: How long a wait's mark key outlives the wait (a consumer that died mid-wait leaves it).
 _MARK_SLACK: Final = 60.0
 
@@ -321,6 +329,7 @@ class RedisBackend(
     Lifo,
     NextDue,
     OverlappedLease,
+    QueueEvents,
     RateLimits,
     Records,
     Results,
@@ -813,6 +822,36 @@ class RedisBackend(
         channel = self._layout.events_prefix + job_id
         await self._boundary.call(transport.command("PUBLISH", channel, "p" + event))
 
+    # -- queue events (Queue.watch) --------------------------------------------------------
+    async def publish_events(self, queue: str, events: Sequence[str], *, now: float) -> None:
+        if events:
+            await self._script(QUEUE_EVENTS_PUBLISH, queue, events)
+
+    async def mark_watched(self, queue: str, *, until: float, now: float) -> None:
+        await self._script(WATCH_MARK, queue, (max(1, int((until - now) * 1000)),))
+
+    async def is_watched(self, queue: str, *, now: float) -> bool:
+        keys, _ = self._keys(queue)
+        transport = self._boundary.require()
+        return bool(await self._boundary.call(transport.command("EXISTS", keys.base + "watched")))
+
+    @contextlib.asynccontextmanager
+    async def watch_queue(self, queue: str) -> AsyncIterator[QueueFeed]:
+        """A cursor in the queue's ``events`` stream (the ``n`` of the last entry read): an
+        ``XREAD BLOCK`` on a connection of its own waits for more, then one script reads
+        them and whether the trim passed the cursor."""
+        keys, _ = self._keys(queue)
+        transport = self._boundary.require()
+        last = await self._boundary.call(
+            transport.command("XREVRANGE", keys.base + "events", "+", "-", "COUNT", "1")
+        )
+        after = int(_text(last[0][0]).split("-", 1)[0]) if last else 0
+        yield _RedisFeed(self, queue, keys.base + "events", after)
+
+    async def _events_after(self, queue: str, after: int) -> tuple[bool, int, list[str]]:
+        reply = await self._script(QUEUE_EVENTS_READ, queue, (after, _FEED_BATCH))
+        return bool(int(reply[0])), int(reply[1]), [_text(event) for event in reply[2:]]
+
     # -- inspecting and operating ---------------------------------------------------------
     async def size(self, queue: str) -> int:
         return int(await self._script(SIZE, queue, ()))
@@ -1109,6 +1148,27 @@ class RedisBackend(
             if worker.heartbeat_at >= alive_since:
                 workers.append(worker)
         return sorted(workers, key=lambda w: (w.queue, w.started_at, w.id))
+
+
+class _RedisFeed(QueueFeed):
+    """One queue watch on the ``redis`` backend: ``XREAD BLOCK`` after its cursor wakes it,
+    then the read script takes what came."""
+
+    def __init__(self, backend: RedisBackend, queue: str, key: str, after: int) -> None:
+        self._backend = backend
+        self._queue = queue
+        self._key = key
+        self._after = after
+
+    async def read(self, timeout: float) -> EventRead:
+        missed, self._after, events = await self._backend._events_after(self._queue, self._after)
+        if events or missed or timeout <= 0:
+            return EventRead(events=events, missed=missed)
+        backend = self._backend
+        transport = backend._boundary.require()
+        await backend._boundary.call(transport.wait_stream(self._key, f"{self._after}-0", timeout))
+        missed, self._after, events = await backend._events_after(self._queue, self._after)
+        return EventRead(events=events, missed=missed)
 
 
 class _RedisWatch(JobWatch):

@@ -48,6 +48,10 @@ import attrs
 from blamequeue.abc import UNIQUE_HOLDING_STATES
 
 __all__ = [
+    "QUEUE_EVENTS_KEPT",
+    "QUEUE_EVENTS_PUBLISH",
+    "QUEUE_EVENTS_READ",
+    "WATCH_MARK",
     "CANCEL",
     "CHANGE_DELAY",
     "CHANGE_PRIORITY",
@@ -205,6 +209,13 @@ CHANGE_DELAY: Final = _script("change_delay", _JOB_EDIT + read_lua("change_delay
 CHANGE_PRIORITY: Final = _script("change_priority", _JOB_EDIT + read_lua("change_priority"))
 UPDATE_PAYLOAD: Final = _script("update_payload", _JOB_EDIT + read_lua("update_payload"))
 RERUN: Final = _script("rerun", _JOB_EDIT + _REVIVE + read_lua("rerun"))
+#: Events each queue's log keeps for Queue.watch (about: the stream is trimmed with ``~``).
+QUEUE_EVENTS_KEPT: Final = 10_000
+QUEUE_EVENTS_PUBLISH: Final = _script(
+    "queue_events_publish", read_lua("queue_events_publish", QUEUE_EVENTS_KEPT=QUEUE_EVENTS_KEPT)
+)
+QUEUE_EVENTS_READ: Final = _script("queue_events_read", read_lua("queue_events_read"))
+WATCH_MARK: Final = _script("watch_mark", read_lua("watch_mark"))
 
 # The worker registry's scripts are not per-queue: no prelude.
 WORKER_BEAT: Final = Script("worker_beat", read_lua("worker_beat"))
@@ -241,4 +252,7 @@ SCRIPTS: Final = (
     CHANGE_PRIORITY,
     UPDATE_PAYLOAD,
     RERUN,
+    QUEUE_EVENTS_PUBLISH,
+    QUEUE_EVENTS_READ,
+    WATCH_MARK,
 )

@@ -376,6 +376,20 @@ class Transport(abc.ABC):
             raise reply
         return reply is not None
 
+    async def wait_stream(self, key: str, after: str, timeout: float) -> None:
+        """``XREAD BLOCK`` on the stream ``key`` for up to ``timeout`` seconds: return once it
+        holds an entry after the id ``after`` (at once if it does), or the time passed."""
+        blpop_timeout = _blpop_timeout(timeout)
+        if blpop_timeout is None:
+            await anyio.lowlevel.checkpoint()
+            return
+        millis = str(int(float(blpop_timeout) * 1000))
+        (reply,) = await self._on_waiter(
+            key, lambda: [("XREAD", "COUNT", "1", "BLOCK", millis, "STREAMS", key, after)]
+        )
+        if isinstance(reply, Exception):
+            raise reply
+
     async def wait_between(
         self,
         key: str,

@@ -52,6 +52,7 @@ from blamequeue.abc import (
     CrossQueueFlows,
     DeadLetters,
     EditOutcome,
+    EventRead,
     FlowPolicies,
     Flows,
     GroupLimits,
@@ -67,6 +68,8 @@ from blamequeue.abc import (
     NewJob,
     NextDue,
     OptionReader,
+    QueueEvents,
+    QueueFeed,
     QueueStats,
     RateLimits,
     Record,
@@ -231,6 +234,61 @@ class _MemoryWatch(JobWatch):
         return self.events.popleft() if self.events else None
 
 
+#: Events a queue's log keeps (the oldest dropped first), whatever their age.
+EVENT_LOG_CAP = 10_000
+
+
+class _EventLog:
+    """One queue's event log (``Queue.watch``): the last :data:`EVENT_LOG_CAP` events, the
+    position of the first, and the feeds waiting for more."""
+
+    __slots__ = ("events", "first", "waiters")
+
+    def __init__(self) -> None:
+        self.events: deque[str] = deque(maxlen=EVENT_LOG_CAP)
+        self.first = 0
+        self.waiters: set[anyio.Event] = set()
+
+    @property
+    def end(self) -> int:
+        return self.first + len(self.events)
+
+    def append(self, events: Sequence[str]) -> None:
+        for event in events:
+            if len(self.events) == EVENT_LOG_CAP:
+                self.first += 1
+            self.events.append(event)
+        for waiter in self.waiters:
+            waiter.set()
+
+
+class _MemoryFeed(QueueFeed):
+    """A cursor in one queue's :class:`_EventLog`; publishing wakes it."""
+
+    def __init__(self, store: _Store, log: _EventLog) -> None:
+        self._store = store
+        self._log = log
+        self.cursor = log.end
+        self.signal = anyio.Event()
+
+    async def read(self, timeout: float) -> EventRead:
+        log = self._log
+        if log.end == self.cursor and timeout > 0:
+            with anyio.move_on_after(timeout):
+                await self.signal.wait()
+        else:
+            await anyio.lowlevel.checkpoint()
+        with self._store.lock:
+            log.waiters.discard(self.signal)
+            self.signal = anyio.Event()
+            log.waiters.add(self.signal)
+            start = max(self.cursor, log.first)
+            events = list(itertools.islice(log.events, start - log.first, None))
+            missed = start > self.cursor
+            self.cursor = log.end
+        return EventRead(events=events, missed=missed)
+
+
 class _Record:
     __slots__ = ("counters", "expires_at", "tokens", "value")
 
@@ -286,6 +344,8 @@ class _Store:
         self.unique: dict[tuple[str, str], _Row] = {}
         self.watches: dict[str, set[_MemoryWatch]] = {}  # open watch_job()s, by job id
         self.records: dict[str, dict[str, _Record]] = {}  # shared records, by kind then key
+        self.event_logs: dict[str, _EventLog] = {}  # Queue.watch: per queue
+        self.watched: dict[str, float] = {}  # Queue.watch: per queue, until when
 
     def new_record(self, kind: str, key: str) -> _Record:
         record = self.records.setdefault(kind, {})[key] = _Record()
@@ -545,6 +605,7 @@ class MemoryBackend(
     JobIds,
     Lifo,
     NextDue,
+    QueueEvents,
     RateLimits,
     Records,
     Results,
@@ -888,6 +949,42 @@ class MemoryBackend(
         await anyio.lowlevel.checkpoint()
         with self._store.lock:
             self._store.tell(job_id, event)
+
+    # -- queue events (Queue.watch) --------------------------------------------------------
+    async def publish_events(self, queue: str, events: Sequence[str], *, now: float) -> None:
+        await anyio.lowlevel.checkpoint()
+        store = self._store
+        with store.lock:
+            log = store.event_logs.get(queue)
+            if log is None:
+                log = store.event_logs[queue] = _EventLog()
+            log.append(events)
+
+    async def mark_watched(self, queue: str, *, until: float, now: float) -> None:
+        await anyio.lowlevel.checkpoint()
+        with self._store.lock:
+            self._store.watched[queue] = max(until, self._store.watched.get(queue, until))
+
+    async def is_watched(self, queue: str, *, now: float) -> bool:
+        await anyio.lowlevel.checkpoint()
+        return self._store.watched.get(queue, now) > now
+
+    @contextlib.asynccontextmanager
+    async def watch_queue(self, queue: str) -> AsyncIterator[QueueFeed]:
+        """A cursor in the queue's log of this store (shared by a namespace); each publish
+        wakes it.  The log keeps the last :data:`EVENT_LOG_CAP` events."""
+        store = self._store
+        with store.lock:
+            log = store.event_logs.get(queue)
+            if log is None:
+                log = store.event_logs[queue] = _EventLog()
+            feed = _MemoryFeed(store, log)
+            log.waiters.add(feed.signal)
+        try:
+            yield feed
+        finally:
+            with store.lock:
+                log.waiters.discard(feed.signal)
 
     # -- inspecting and operating ---------------------------------------------------------
     async def size(self, queue: str) -> int:

@@ -89,6 +89,7 @@ from ._conformance.limits import (
 from ._conformance.observability import TestHealth, TestMetrics, TestQueueStats
 from ._conformance.on_time import TestOnTime, TestOnTimeAcrossProcesses
 from ._conformance.ordering import TestDelay, TestOrdering
+from ._conformance.queue_events import TestQueueEvents, TestWithoutQueueEvents
 from ._conformance.records import TestRecords, TestWithoutRecords
 from ._conformance.results import (
     TestFlowResults,
@@ -155,6 +156,7 @@ __all__ = [
     "TestProgressEvents",
     "TestPurge",
     "TestQueueCounts",
+    "TestQueueEvents",
     "TestQueueStats",
     "TestRateLimit",
     "TestRateLimited",
@@ -190,6 +192,7 @@ __all__ = [
     "TestWithoutJobIds",
     "TestWithoutLifo",
     "TestWithoutLimits",
+    "TestWithoutQueueEvents",
     "TestWithoutRecords",
     "TestWithoutUniqueJobs",
     "TestWithoutResults",

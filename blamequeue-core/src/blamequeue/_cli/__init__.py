@@ -28,6 +28,7 @@ from . import (
     _ops,
     _pause,
     _result,
+    _watch,
     _worker,
 )
 from ._errors import debug_wanted, log_to_stderr, report
@@ -113,6 +114,7 @@ def build_parser() -> Parser:
     _edits.add_parser(subparsers)
     _inspect.add_parser(subparsers)
     _logs.add_parser(subparsers)
+    _watch.add_parser(subparsers)
     _health.add_parser(subparsers)
     _pause.add_parser(subparsers)
     _dashboard.add_parser(subparsers)
