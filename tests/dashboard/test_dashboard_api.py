@@ -413,7 +413,7 @@ async def test_job_view_shows_logs_progress_result_and_what_applies(
         assert done["job"]["payload"] == {"n": 1, "_id": "p-1"}
         assert done["result_shown"] is True
         assert done["result"] == {"sum": 3, "_id": "r-1"}
-        assert done["actions"] == {"promote": False, "rerun": True}
+        assert done["actions"] == {"promote": False, "rerun": True, "cancel": False}
         logs = (await client.get("/api/jobs/report-done/logs", headers=READ)).json()
         assert logs["job_id"] == "report-done"
         messages = [(line["attempt"], line["message"]) for line in logs["logs"]]
@@ -423,11 +423,11 @@ async def test_job_view_shows_logs_progress_result_and_what_applies(
         ]
         assert all(line["time"].endswith("+00:00") for line in logs["logs"])
         later = (await client.get("/api/jobs/report-later", headers=READ)).json()
-        assert later["actions"] == {"promote": True, "rerun": False}
+        assert later["actions"] == {"promote": True, "rerun": False, "cancel": True}
         assert later["result_shown"] is False
         assert later["progress"] is None
         due = (await client.get("/api/jobs/report-due", headers=READ)).json()
-        assert due["actions"] == {"promote": False, "rerun": False}
+        assert due["actions"] == {"promote": False, "rerun": False, "cancel": True}
         assert (await client.get("/api/jobs/report-due/logs", headers=READ)).json()["logs"] == []
         missing = await client.get("/api/jobs/job-nope/logs", headers=READ)
         assert missing.status_code == 404
@@ -465,6 +465,46 @@ async def test_promote_makes_a_delayed_job_due_and_says_when_it_cannot(
         assert missing.json()["code"] == "queue/job-not-found"
 
 
+async def test_queue_metrics_feed_the_charts_without_error_texts(
+    controlled: Queue, anyio_backend: str
+) -> None:
+    app = dashboard_app(controlled, token=TOKEN)
+    async with serving(app, anyio_backend) as url, httpx.AsyncClient(base_url=url) as client:
+        hour = (await client.get("/api/queues/reports/metrics", headers=READ)).json()
+        assert len(hour["minutes"]) == 60
+        assert sum(minute["succeeded"] for minute in hour["minutes"]) == 1  # report-done
+        assert any(minute["average_duration"] is not None for minute in hour["minutes"])
+        assert "recent_errors" not in hour
+        day = (await client.get("/api/queues/reports/metrics?window=86400", headers=READ)).json()
+        assert len(day["minutes"]) == 1440
+        odd = await client.get("/api/queues/reports/metrics?window=5", headers=READ)
+        assert odd.status_code == 400
+        assert "window must be one of 3600, 21600, 86400" in odd.json()["error"]
+
+
+async def test_cancel_ends_a_waiting_job_and_says_when_it_cannot(
+    controlled: Queue, anyio_backend: str
+) -> None:
+    app = dashboard_app(controlled, token=TOKEN)
+    async with serving(app, anyio_backend) as url, httpx.AsyncClient(base_url=url) as client:
+        done = await client.post("/api/jobs/report-due/cancel", headers=ACTION)
+        assert done.status_code == 200
+        assert done.json() == {"job_id": "report-due", "cancelled": True}
+        info = await controlled.job_info("report-due")
+        assert info is not None
+        assert info.state == "cancelled"
+        shown = (await client.get("/api/jobs/report-due", headers=READ)).json()
+        assert shown["actions"] == {"promote": False, "rerun": True, "cancel": False}
+        for job_id in ("report-due", "report-done"):
+            again = await client.post(f"/api/jobs/{job_id}/cancel", headers=ACTION)
+            assert again.status_code == 409, job_id
+            assert "only a pending, parked or running job" in again.json()["error"]
+            assert "nothing was done" in again.json()["error"]
+        missing = await client.post("/api/jobs/job-nope/cancel", headers=ACTION)
+        assert missing.status_code == 404
+        assert missing.json()["code"] == "queue/job-not-found"
+
+
 async def test_rerun_runs_a_finished_job_again_and_says_when_it_cannot(
     controlled: Queue, anyio_backend: str
 ) -> None:
@@ -486,7 +526,11 @@ async def test_rerun_runs_a_finished_job_again_and_says_when_it_cannot(
 async def test_promote_and_rerun_are_the_operators(controlled: Queue, anyio_backend: str) -> None:
     app = dashboard_app(controlled, token=TOKEN, read_only_open=True)
     async with serving(app, anyio_backend) as url, httpx.AsyncClient(base_url=url) as client:
-        for path in ("/api/jobs/report-later/promote", "/api/jobs/report-done/rerun"):
+        for path in (
+            "/api/jobs/report-later/promote",
+            "/api/jobs/report-done/rerun",
+            "/api/jobs/report-due/cancel",
+        ):
             assert (await client.post(path)).status_code == 401
             no_token = await client.post(path, headers={"X-Blamequeue-Action": "1"})
             assert no_token.status_code == 401

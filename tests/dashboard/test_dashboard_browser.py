@@ -42,7 +42,7 @@ from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.common.keys import Keys  # noqa: E402
 from selenium.webdriver.remote.webelement import WebElement  # noqa: E402
-from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
+from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
 
 
 async def _fail(job: Job, ctx: JobContext) -> None:
@@ -202,7 +202,16 @@ def test_counts_match_and_a_dlq_retry_moves_the_job_back(
     _shot(browser, tmp_path, "overview")
     wait.until(lambda d: _clicked(_queue_row(d, "emails"), By.TAG_NAME, "a"))
     wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#dlq tr[data-job]"))
+    # The last hour as charts: a point a minute, scaled to the one failed attempt.
+    wait.until(lambda d: d.find_element(By.ID, "chart-jobs").get_attribute("data-minutes"))
+    jobs_chart = browser.find_element(By.ID, "chart-jobs")
+    assert jobs_chart.get_attribute("data-minutes") == "60"
+    assert jobs_chart.get_attribute("data-top") == "1"
+    assert jobs_chart.find_elements(By.CSS_SELECTOR, "polyline.failed")
+    assert float(browser.find_element(By.ID, "chart-duration").get_attribute("data-top")) > 0
     _shot(browser, tmp_path, "queue")
+    Select(browser.find_element(By.ID, "chart-window")).select_by_value("21600")
+    wait.until(lambda d: d.find_element(By.ID, "chart-jobs").get_attribute("data-minutes") == "360")
     wait.until(lambda d: _clicked(d, By.CSS_SELECTOR, "#dlq tr[data-job] a"))
     error = wait.until(lambda d: d.find_element(By.ID, "job-last-error").text or None)
     assert error == "RuntimeError: mail server said no"  # its first line only
@@ -308,3 +317,10 @@ def test_promote_makes_a_delayed_job_due_and_its_feedback_stays_until_dismissed(
     _shot(browser, tmp_path, "promoted")
     browser.find_element(By.ID, "feedback-dismiss").click()
     wait.until(lambda d: not d.find_element(By.ID, "feedback").is_displayed())
+    # Cancel asks first; once done, the job reads cancelled and the button is gone.
+    wait.until(lambda d: _clicked(d, By.ID, "cancel"))
+    wait.until(lambda d: d.switch_to.alert).accept()
+    wait.until(lambda d: "cancelled" in d.find_element(By.ID, "feedback-text").text)
+    assert _job(db, "report-later")[0] == "cancelled"
+    wait.until(lambda d: d.find_element(By.ID, "job-state").text == "cancelled")
+    assert not browser.find_element(By.ID, "cancel").is_displayed()

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 
+from ._flow_deaths import audit_failed_dependants
 from ._inspection import check_job_id
 from .abc import Cancellation
 from .errors import NotFoundError
@@ -54,6 +55,7 @@ async def cancel_job(runtime: BackendRuntime, job_id: str) -> bool:
     await runtime.auditor.emit_job(
         CANCELLED_EVENT, stored, backend=runtime.name, data={"attempts": stored.attempts}
     )
+    await audit_failed_dependants(runtime, stored, stored.finished_at or runtime.clock.now())
     return True
 
 

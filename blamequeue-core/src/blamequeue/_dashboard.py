@@ -13,7 +13,7 @@ What guards it, in the order a request meets it:
   loopback to a loopback ``Host`` read without it; writes still need it.  The page itself (one
   static HTML file) is served without it: the page takes the token from its URL fragment, which
   browsers never send to a server, keeps it in ``sessionStorage`` and sends it as the header.
-- **Writes** (DLQ retry, retry-all, purge, promote, rerun) are the operator's: they need the
+- **Writes** (DLQ retry, retry-all, purge, promote, rerun, cancel) are the operator's: they need the
   token (a dashboard started without one is read-only) and the header ``X-Blamequeue-Action: 1``,
   which a browser cannot add to a cross-site form or image request without a CORS preflight
   this app never grants (the CSRF guard); a request whose ``Origin`` names another host is
@@ -82,6 +82,9 @@ _CSP = (
 
 _PROMOTABLE = "only a delayed pending job can be made due now"
 _RERUNNABLE = "only a done, dead or cancelled job can run again"
+_CANCELLABLE = "only a pending, parked or running job can be cancelled"
+#: The windows (seconds) the queue view's charts offer: an hour, six hours, a day.
+_CHART_WINDOWS = ("3600", "21600", "86400")
 
 _MAX_BODY = 64 * 1024
 _MAX_ERROR_LINE = 500
@@ -349,6 +352,7 @@ def dashboard_app(
         document["actions"] = {
             "promote": info.state == "pending" and delayed,
             "rerun": info.state in ("done", "dead", "cancelled"),
+            "cancel": info.state in ("pending", "parked", "inflight"),
         }
         document["timeline"] = [
             {"at": document["job"]["created_at"], "what": "enqueued"},
@@ -373,6 +377,15 @@ def dashboard_app(
                 )
                 jobs = [_shown_info(info, payload=False, full_error=False) for info in page_.jobs]
                 return {"jobs": jobs, "next_cursor": page_.next_cursor}
+            case ["queues", name, "metrics"]:
+                window = query.get("window", "3600")
+                if window not in _CHART_WINDOWS:
+                    raise _HTTPError(400, f"window must be one of {', '.join(_CHART_WINDOWS)}")
+                figures = await queue.metrics(name, window=float(window), backend=backend)
+                document = _jsonable(figures)
+                # The errors' texts may quote payloads: the charts need none of them.
+                document.pop("recent_errors", None)
+                return document
             case ["queues", name, "dlq"]:
                 letters = []
                 for letter in await queue.dlq_list(name, limit=200, backend=backend):
@@ -419,6 +432,10 @@ def dashboard_app(
                 if not await queue.promote(job_id, backend=backend):
                     raise _HTTPError(409, await refused(job_id, "promoted", _PROMOTABLE))
                 return {"job_id": job_id, "promoted": True}
+            case ["jobs", job_id, "cancel"]:
+                if not await queue.cancel(job_id, backend=backend):
+                    raise _HTTPError(409, await refused(job_id, "cancelled", _CANCELLABLE))
+                return {"job_id": job_id, "cancelled": True}
             case ["jobs", job_id, "rerun"]:
                 if not await queue.rerun(job_id, backend=backend):
                     raise _HTTPError(409, await refused(job_id, "rerun", _RERUNNABLE))

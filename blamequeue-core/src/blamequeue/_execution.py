@@ -19,6 +19,7 @@ from ._backoff import Backoff, BackoffFunction, retry_delay
 from ._batches import on_batch_job, skip_job
 from ._clock import to_datetime
 from ._context import JobContext, LeaseState, SyncJobContext
+from ._flow_deaths import DLQ_WRITE_EVENT, audit_failed_dependants
 from ._job_logging import job_extra
 from ._job_logs import JobJournal
 from ._job_meta import JobMeta
@@ -465,6 +466,7 @@ async def settle(
         if outcome == "dead":
             counts.moved_to_dlq += 1
             await emit_dead(runtime, a.job, a.error)
+            await audit_failed_dependants(runtime, a.job, _finished_at(runtime, a, outcome))
     await _share_rate_limits(runtime, batch)
 
 
@@ -562,7 +564,7 @@ def observe(runtime: BackendRuntime, attempt: Attempt, outcome: str) -> None:
 
 async def emit_dead(runtime: BackendRuntime, stored: StoredJob, error: str | None) -> None:
     await runtime.auditor.emit_job(
-        "system.queue.dlq.write",
+        DLQ_WRITE_EVENT,
         stored,
         backend=runtime.name,
         # The error text may quote payload data; the audit trail gets only its type.

@@ -28,6 +28,7 @@ from ._consumer import Consumer
 from ._environment import config_from_env
 from ._events import EventBus, EventSubscription, QueueEvent
 from ._execution import Handler, emit_dead, to_dead_letter, to_job
+from ._flow_deaths import audit_failed_dependants
 from ._flows import flow_name, plan_flow
 from ._health import HealthReport, HealthThresholds, check_report
 from ._ids import new_job_ids
@@ -1133,6 +1134,7 @@ class Queue:
                 runtime.notify_flow(stored)
             await self._emit_lease_expired(runtime, stored, "dead")
             await emit_dead(runtime, stored, LEASE_EXPIRED)
+            await audit_failed_dependants(runtime, stored, stored.finished_at or self._clock.now())
             self._stalled(runtime, stored, dead=True)
         unnamed = result.repended - len(result.expired)
         if unnamed > 0:

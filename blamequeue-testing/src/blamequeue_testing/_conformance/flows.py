@@ -570,6 +570,11 @@ class TestFlowPolicies:
         assert letter.attempts == 0
         assert letter.failed_at == datetime.fromtimestamp(conformance.now(), UTC)
         assert await _run(conformance) == 0
+        # Its death is in the audit trail like any job's that reaches the DLQ.
+        audited = [e for e in conformance.audit.named("system.queue.dlq.write") if e.job_id == ship]
+        assert [e.data for e in audited] == [
+            {"attempts": 0, "error_type": "dependency-failed", "dependency": charge}
+        ]
 
     @pytest.mark.parametrize("how", _DEATHS)
     async def test_ignore_child_is_released_when_its_dependency_dies(
@@ -660,6 +665,15 @@ class TestFlowPolicies:
         assert "'transform'" in errors[ids["load"]]
         assert ids["transform"] in errors[ids["load"]]
         assert await conformance.size() == 2
+        audited = {
+            e.job_id: e.data.get("dependency")
+            for e in conformance.audit.named("system.queue.dlq.write")
+        }
+        assert audited == {
+            ids["extract"]: None,
+            ids["transform"]: ids["extract"],
+            ids["load"]: ids["transform"],
+        }
 
     async def test_fail_travels_through_a_diamond_once(self, conformance: Conformance) -> None:
         result = await _flow(
@@ -674,6 +688,8 @@ class TestFlowPolicies:
         await _dies(conformance, "attempts", result.jobs[0].job_id)
         assert set((await _states(conformance, result)).values()) == {"dead"}
         assert await conformance.dlq_size() == 4
+        audited = [e.job_id or "" for e in conformance.audit.named("system.queue.dlq.write")]
+        assert sorted(audited) == sorted(job.job_id for job in result.jobs)  # each once
 
     async def test_a_job_that_failed_with_its_dependency_releases_the_child_ignoring_it(
         self, conformance: Conformance
