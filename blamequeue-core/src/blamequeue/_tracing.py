@@ -15,7 +15,7 @@ propagators); without one the API's no-op tracer and meter record nothing.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, MutableMapping
+from collections.abc import Callable, Iterator, MutableMapping
 from typing import Any, TypeVar
 
 __all__ = ["add_trace_context", "note_failure", "sending", "traced_attempt", "traced_send"]
@@ -36,10 +36,11 @@ except ModuleNotFoundError as exc:
     def _ignore(*args: Any, **kwargs: Any) -> None:
         pass
 
-    def sending(queue: str) -> contextlib.AbstractContextManager[Callable[..., None]]:
+    @contextlib.contextmanager
+    def sending(queue: str) -> Iterator[Callable[..., None]]:
         """A ``send`` span of ``queue`` around a block that builds and stores jobs (a
         batch's); the block calls what it is given with the ids it stored."""
-        return contextlib.nullcontext(_ignore)
+        yield _ignore
 
     def traced_attempt(run: F) -> F:
         """Trace each attempt ``run`` runs as a ``process`` span and count it in the
