@@ -284,6 +284,38 @@ def test_an_error_at_import_of_the_module_is_one_line_or_with_debug_its_tracebac
         assert "blamequeue --debug" in line
 
 
+def test_with_log_format_json_the_final_error_is_one_json_object_with_its_code(
+    app: Path, run_cli: RunCli
+) -> None:
+    env = {"BLAMEQUEUE_PROTOCOL": "nope"}
+    result = run_cli("worker", "tasks:record", "--queue", "q", "--log-format", "json", env=env)
+
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1  # the one line said
+    error = json.loads(result.stderr)
+    assert (error["level"], error["logger"]) == ("ERROR", "blamequeue.cli")
+    assert (error["code"], error["exit_code"]) == ("queue/invalid-config", 2)
+    assert error["message"].startswith("[queue/invalid-config] ")
+    assert "exception" not in error  # no traceback without --debug
+
+
+def test_with_log_format_json_and_debug_the_traceback_is_a_field_of_the_error(
+    app: Path, run_cli: RunCli
+) -> None:
+    (app / "broken.py").write_text("import os\nraise KeyError(os.sep + 'redis://:pw@host')\n")
+
+    options = ("--queue", "q", "--log-format", "json")
+    result = run_cli("--debug", "worker", "broken:handler", *options, cwd=app)
+
+    assert result.returncode == 1
+    assert result.stderr.count("\n") == 1  # the traceback too is inside the one line
+    error = json.loads(result.stderr)
+    assert error["message"].startswith("importing module 'broken' raised KeyError: ")
+    assert (error["exit_code"], "code" in error) == (1, False)  # not a QueueError
+    assert 'broken.py", line 2, in <module>' in error["exception"]
+    assert "pw@" not in result.stderr
+
+
 def test_worker_with_an_invalid_config_exits_2(app: Path, run_cli: RunCli) -> None:
     result = run_cli("worker", "tasks:record", "--queue", "q", env={"BLAMEQUEUE_PROTOCOL": "nope"})
 

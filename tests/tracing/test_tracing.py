@@ -122,6 +122,35 @@ async def test_enqueue_many_is_one_send_span_parent_of_every_job(
     assert {span.parent.span_id for span in processed if span.parent} == {send.context.span_id}
 
 
+async def test_a_batch_dispatch_is_one_send_span_parent_of_every_job_of_the_batch(
+    queue: Queue, otel: Recording
+) -> None:
+    @queue.task(queue="invoices")
+    async def invoice(payload: Any, ctx: JobContext) -> None:
+        pass
+
+    with trace.get_tracer("app").start_as_current_span("request"):
+        batch = await queue.batch([queue.job(invoice, 1), queue.job(invoice, 2)]).dispatch()
+        (added,) = await batch.add([queue.job(invoice, 3)])
+    assert (await queue.tick("invoices", queue.tasks)).succeeded == 3
+    spans = otel.spans()
+    request_span = span_named(spans, "request")
+    first, more = [span for span in spans if span.name == "send invoices"]
+    for send, count in ((first, 2), (more, 1)):
+        assert send.kind is SpanKind.PRODUCER
+        assert parent_id(send) == request_span.context.span_id
+        assert {
+            "messaging.system": "blamequeue",
+            "messaging.destination.name": "invoices",
+            "messaging.operation.type": "send",
+            "messaging.batch.message_count": count,
+            "messaging.blamequeue.batch.id": batch.id,
+        }.items() <= dict(send.attributes).items()
+    assert more.attributes["messaging.message.id"] == added
+    parents = sorted(parent_id(span) for span in spans if span.name == "process invoices")
+    assert parents == sorted([first.context.span_id] * 2 + [more.context.span_id])
+
+
 async def test_a_task_dispatch_is_a_send_span_and_its_job_names_the_task(
     queue: Queue, otel: Recording
 ) -> None:

@@ -49,6 +49,7 @@ from ._job_seals import CONTEXT_META_KEY, TASK_META_KEY, meta_text, seal_jobs
 from ._records import RecordStore, decode_value
 from ._runtime import BackendRuntime
 from ._tasks import PendingDispatch, TaskQueue, to_wire
+from ._tracing import sending
 from ._validation import check_delay
 from .abc import NewJob, StoredJob
 from .errors import BadArgumentError, NotFoundError, QueueError
@@ -59,6 +60,10 @@ BATCH_META_KEY: Final = BATCH_KEY
 """The job meta key holding a batch job's batch id."""
 
 _BATCH, _FAILED, _FLAG = "batch", "batch-failed", "batch-flag"
+
+#: The attribute of a batch's ``send`` span naming the batch.
+_BATCH_ID_ATTRIBUTE: Final = "messaging.blamequeue.batch.id"
+
 _CALLBACKS: Final = ("then", "catch", "finally", "progress")
 _CANCEL_CACHE = 1.0
 
@@ -241,26 +246,30 @@ async def create(owner: BatchQueue, spec: PendingBatch) -> Batch:
     store = RecordStore(runtime)
     queue_name = spec.queue_name or spec.jobs[0].queue_name or spec.jobs[0].settings.queue
     batch_id = "batch-" + new_job_id()[4:]
-    jobs = _build(owner, runtime, batch_id, queue_name, spec.jobs)
-    now = store.now()
-    description = {
-        "id": batch_id,
-        "name": spec.batch_name,
-        "queue": queue_name,
-        "allow_failures": spec.failures_allowed,
-        "created_at": now,
-        "callbacks": {
-            which: _sealed_callback(runtime.codec, batch_id, which, callback)
-            for which, callback in spec.callbacks.items()
-        },
-    }
-    await store.put(_BATCH, batch_id, description)
-    await store.add(_BATCH, batch_id, {"total": len(jobs), "pending": len(jobs)})
-    try:
-        await runtime.call("enqueue", lambda: runtime.backend.enqueue(jobs))
-    except BaseException:
-        await store.delete(_BATCH, batch_id)  # no batch waiting for jobs that do not exist
-        raise
+    # One send span for the whole batch, current while its jobs are built: each job carries
+    # its context, so every job's process span is its child.
+    with sending(queue_name) as sent:
+        jobs = _build(owner, runtime, batch_id, queue_name, spec.jobs)
+        now = store.now()
+        description = {
+            "id": batch_id,
+            "name": spec.batch_name,
+            "queue": queue_name,
+            "allow_failures": spec.failures_allowed,
+            "created_at": now,
+            "callbacks": {
+                which: _sealed_callback(runtime.codec, batch_id, which, callback)
+                for which, callback in spec.callbacks.items()
+            },
+        }
+        await store.put(_BATCH, batch_id, description)
+        await store.add(_BATCH, batch_id, {"total": len(jobs), "pending": len(jobs)})
+        try:
+            await runtime.call("enqueue", lambda: runtime.backend.enqueue(jobs))
+        except BaseException:
+            await store.delete(_BATCH, batch_id)  # no batch waiting for jobs that do not exist
+            raise
+        sent([job.id for job in jobs], {_BATCH_ID_ATTRIBUTE: batch_id})
     owner._announce(runtime, queue_name, [job.id for job in jobs])
     runtime.events.emit(
         "batch.added",
@@ -344,13 +353,16 @@ async def add(
     description = decode_value(record)
     if int(record.counters.get("pending", 0)) == 0 and int(record.counters.get("total", 0)):
         raise _bad(f"batch {batch_id!r} has finished; dispatch a new batch for more jobs")
-    jobs = _build(owner, runtime, batch_id, description["queue"], to_dispatches(owner, more))
-    await store.add(_BATCH, batch_id, {"total": len(jobs), "pending": len(jobs)})
-    try:
-        await runtime.call("enqueue", lambda: runtime.backend.enqueue(jobs))
-    except BaseException:
-        await store.add(_BATCH, batch_id, {"total": -len(jobs), "pending": -len(jobs)})
-        raise
+    dispatches = to_dispatches(owner, more)
+    with sending(description["queue"]) as sent:
+        jobs = _build(owner, runtime, batch_id, description["queue"], dispatches)
+        await store.add(_BATCH, batch_id, {"total": len(jobs), "pending": len(jobs)})
+        try:
+            await runtime.call("enqueue", lambda: runtime.backend.enqueue(jobs))
+        except BaseException:
+            await store.add(_BATCH, batch_id, {"total": -len(jobs), "pending": -len(jobs)})
+            raise
+        sent([job.id for job in jobs], {_BATCH_ID_ATTRIBUTE: batch_id})
     runtime.notify(description["queue"])
     return [job.id for job in jobs]
 

@@ -21,6 +21,7 @@ from ._backoff import Backoff, BackoffFunction
 from ._cancellation import stop_cancelled
 from ._clock import SystemClock
 from ._execution import Attempt, Handler, SettleCounts, release, run_attempt, settle
+from ._job_logging import jobs_extra
 from ._limits import lease_call
 from ._models import RateLimit
 from ._pause import PAUSE_CHECK, is_paused
@@ -553,7 +554,15 @@ class Consumer:
                     "extend", functools.partial(runtime.backend.extend, pairs, expires_at=target)
                 )
             except QueueError as exc:
-                log.warning("could not renew %d lease(s) on %r: %s", len(pairs), runtime.name, exc)
+                log.warning(
+                    "could not renew %d lease(s) on %r: %s",
+                    len(pairs),
+                    runtime.name,
+                    exc,
+                    extra=jobs_extra(
+                        runtime.name, [job_id for job_id, _ in pairs], [self.queue_name]
+                    ),
+                )
                 continue
             for attempt, ok in zip(attempts, held, strict=True):
                 if ok:

@@ -20,7 +20,7 @@ from ._batches import on_batch_job, skip_job
 from ._clock import to_datetime
 from ._context import JobContext, LeaseState, SyncJobContext
 from ._flow_deaths import DLQ_WRITE_EVENT, audit_failed_dependants
-from ._job_logging import job_extra
+from ._job_logging import job_extra, jobs_extra
 from ._job_logs import JobJournal
 from ._job_meta import JobMeta
 from ._job_seals import error_place, last_error_of, open_context, payload_place_of
@@ -417,6 +417,7 @@ async def settle(
             runtime.name,
             len(batch),
             exc,
+            extra=jobs_extra(runtime.name, [a.job.id for a in batch], [a.job.queue for a in batch]),
         )
         for a in batch:
             if a.settlement is not None and a.settlement.outcome == "release" and not a.deferred:

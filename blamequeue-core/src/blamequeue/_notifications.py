@@ -45,6 +45,7 @@ import anyio.to_thread
 import attrs
 
 from ._events import QueueEvent
+from ._job_logging import jobs_extra
 from ._redaction import redacted
 from ._validation import MAX_SECONDS_TEXT, is_duration
 from .errors import BadArgumentError, ConfigError
@@ -508,6 +509,12 @@ class DeadJobNotifier:
             return
         batch = list(self._pending)
         self._pending.clear()
+        backends = {job.backend for job in batch}
+        extra = jobs_extra(
+            next(iter(backends)) if len(backends) == 1 else None,
+            [job.job_id for job in batch],
+            [job.queue for job in batch],
+        )
         now = self._clock().now()
         for index, channel in enumerate(self.channels):
             recent = self._sent_at[index]
@@ -521,6 +528,7 @@ class DeadJobNotifier:
                     len(batch),
                     channel,
                     self.rate_limit,
+                    extra=extra,
                 )
                 continue
             recent.append(now)
@@ -530,7 +538,9 @@ class DeadJobNotifier:
                 self.sent += 1
             except Exception as exc:
                 self.failed += 1
-                log.warning("notification channel %r failed: %s", channel, _describe(exc))
+                log.warning(
+                    "notification channel %r failed: %s", channel, _describe(exc), extra=extra
+                )
 
 
 def _describe(exc: BaseException) -> str:

@@ -1,11 +1,12 @@
 """The OpenTelemetry hooks (imported by :mod:`._tracing` only, and only when
 ``opentelemetry-api`` is installed): the one module that imports ``opentelemetry``.
 
-Spans follow OpenTelemetry's messaging semantic conventions: a producing call is a
-``send <queue>`` span (kind ``PRODUCER``), each attempt a ``process <queue>`` span (kind
-``CONSUMER``) whose parent is the ``send`` span, in any process.  The link between them is the
-W3C trace context, written into the job's ``meta`` with :func:`opentelemetry.propagate.inject`
-and read back with ``extract``: the application's configured propagators decide its headers.
+Spans follow OpenTelemetry's messaging semantic conventions: a producing call (an enqueue, a
+batch's dispatch) is a ``send <queue>`` span (kind ``PRODUCER``), each attempt a ``process
+<queue>`` span (kind ``CONSUMER``) whose parent is the ``send`` span, in any process.  The
+link between them is the W3C trace context, written into the job's ``meta`` with
+:func:`opentelemetry.propagate.inject` and read back with ``extract``: the application's
+configured propagators decide its headers.
 Every attempt of a job (its retries too) is a child of the same ``send`` span; a job enqueued
 without a trace context starts a trace of its own.
 
@@ -15,8 +16,9 @@ process, attributes ``messaging.system`` and ``messaging.destination.name``.
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Callable, Mapping, MutableMapping
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from importlib import metadata
 from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
 
@@ -34,7 +36,7 @@ if TYPE_CHECKING:
     from ._runtime import BackendRuntime
     from .abc import Settlement, StoredJob
 
-__all__ = ["add_trace_context", "note_failure", "traced_attempt", "traced_send"]
+__all__ = ["add_trace_context", "note_failure", "sending", "traced_attempt", "traced_send"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -85,40 +87,50 @@ def _queue_of(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> str:
     return queue if isinstance(queue, str) else repr(queue)
 
 
-def _sent(span: trace.Span, result: Any) -> None:
+def _sent(span: trace.Span, result: Any, attributes: Mapping[str, str] | None = None) -> None:
     if isinstance(result, str):
         span.set_attribute("messaging.message.id", result)
     elif isinstance(result, list):
         span.set_attribute("messaging.batch.message_count", len(result))
         if len(result) == 1 and isinstance(result[0], str):
             span.set_attribute("messaging.message.id", result[0])
+    if attributes:
+        span.set_attributes(attributes)
+
+
+@contextlib.contextmanager
+def sending(queue: str) -> Iterator[Callable[..., None]]:
+    """A ``send <queue>`` span, current inside the block (so :func:`add_trace_context` writes
+    its context into the jobs built there); the block calls what it is given with what it
+    stored (a job id, or the list of ids of a batch) and any more attributes."""
+    with _tracer.start_as_current_span(
+        f"send {queue}",
+        kind=SpanKind.PRODUCER,
+        attributes={
+            "messaging.system": SYSTEM,
+            "messaging.destination.name": queue,
+            "messaging.operation.type": "send",
+            "messaging.operation.name": "send",
+        },
+    ) as span:
+        try:
+            yield functools.partial(_sent, span)
+        except Exception as exc:  # recorded (and the status set) by the span on its way out
+            code = exc.code if isinstance(exc, QueueError) else type(exc).__qualname__
+            span.set_attribute("error.type", code)
+            raise
 
 
 def traced_send(method: F) -> F:
     """Trace each call of a producing method of :class:`Queue` (its first argument or
-    ``queue_name``: the queue) as a ``send`` span, current while it builds and stores the
-    jobs, so :func:`add_trace_context` writes this span's context into them."""
+    ``queue_name``: the queue) as a ``send`` span (:func:`sending`), current while it builds
+    and stores the jobs."""
 
     @functools.wraps(method)
     async def send(self: Any, *args: Any, **kwargs: Any) -> Any:
-        queue = _queue_of(args, kwargs)
-        with _tracer.start_as_current_span(
-            f"send {queue}",
-            kind=SpanKind.PRODUCER,
-            attributes={
-                "messaging.system": SYSTEM,
-                "messaging.destination.name": queue,
-                "messaging.operation.type": "send",
-                "messaging.operation.name": "send",
-            },
-        ) as span:
-            try:
-                result = await method(self, *args, **kwargs)
-            except Exception as exc:  # recorded (and the status set) by the span on its way out
-                code = exc.code if isinstance(exc, QueueError) else type(exc).__qualname__
-                span.set_attribute("error.type", code)
-                raise
-            _sent(span, result)
+        with sending(_queue_of(args, kwargs)) as sent:
+            result = await method(self, *args, **kwargs)
+            sent(result)
             return result
 
     return cast(F, send)

@@ -43,6 +43,7 @@ from ._inspection import (
 )
 from ._job_edits import change_delay, change_priority, promote, rerun, update_payload
 from ._job_ids import check_chosen_id, check_lifo, enqueue_chosen, refuse_chosen_in_batch
+from ._job_logging import jobs_extra
 from ._job_logs import last_progress, read_logs
 from ._job_seals import CONTEXT_META_KEY, meta_text, seal_jobs
 from ._limits import check_group_key, parse_lease_limits
@@ -1142,6 +1143,22 @@ class Queue:
                 "system.queue.lease.expired",
                 backend=runtime.name,
                 data={"repended": unnamed, "dead_lettered": len(result.dead)},
+            )
+        if result.repended or result.dead:
+            # Their workers stopped answering (crashed, hung, cut off): worth an operator's look.
+            named = [*result.expired, *result.dead]
+            log.warning(
+                "backend %r: %d expired lease(s) recovered (%d back to pending, %d dead-lettered)",
+                runtime.name,
+                result.repended + len(result.dead),
+                result.repended,
+                len(result.dead),
+                extra=jobs_extra(
+                    runtime.name,
+                    [stored.id for stored in named],
+                    [stored.queue for stored in named],
+                    count=result.repended + len(result.dead),
+                ),
             )
         if result.repended:
             # Jobs are due again: wake this process's idle consumers.

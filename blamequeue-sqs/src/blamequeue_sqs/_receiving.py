@@ -26,6 +26,7 @@ from typing import Any, Final
 import anyio
 import attrs
 
+from blamequeue._job_logging import jobs_extra
 from blamequeue.abc import Clock, Lease, StoredJob
 from blamequeue.errors import QueueError
 from blamequeue_sqs import _messages as messages
@@ -66,6 +67,12 @@ class Chores:
 
     def __bool__(self) -> bool:
         return bool(self.foreign or self.parked or self.exhausted or self.copies)
+
+    def log_extra(self) -> dict[str, Any]:
+        """The log fields of the jobs among them (a foreign message is no job)."""
+        jobs = [decoded for _item, decoded in (*self.parked, *self.exhausted)]
+        jobs += [found for item in self.copies if (found := decode(item.message)) is not None]
+        return jobs_extra(None, [job.job_id for job in jobs], [job.queue for job in jobs])
 
 
 @attrs.define(eq=False)
@@ -153,6 +160,7 @@ class Receiver:
                     "%s: could not delete copies, re-park or dead-letter messages: %s",
                     self._connection.where,
                     exc,
+                    extra=chores.log_extra(),
                 )
         leases.sort(key=lambda lease: lease.job.id)
         return leases

@@ -32,6 +32,7 @@ from . import (
     _worker,
 )
 from ._errors import debug_wanted, log_to_stderr, report
+from ._log_format import use_json_logs
 from ._parser import Parser
 from ._running import EXIT_USAGE
 
@@ -134,6 +135,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, --version and argparse's own usage errors
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    # Before anything is said: with --log-format json every line on stderr is a JSON object.
+    use_json_logs(getattr(args, "log_format", "text") == "json")
     debug = debug_wanted(args.debug)
     log_to_stderr(getattr(args, "log_level", "warning"), debug=debug)
     try:

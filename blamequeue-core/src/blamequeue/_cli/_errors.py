@@ -18,6 +18,7 @@ from blamequeue._redaction import redacted
 from blamequeue._tracebacks import headline, short_path
 from blamequeue.errors import QueueError
 
+from ._log_format import JsonLogFormatter, json_logs, say_as_log
 from ._running import (
     EXIT_ERROR,
     EXIT_INTERRUPTED,
@@ -73,7 +74,7 @@ def debug_wanted(option: bool, env: Mapping[str, str] | None = None) -> bool:
     try:
         return bool(env_flag(os.environ if env is None else env, "BLAMEQUEUE_DEBUG"))
     except QueueError as exc:
-        say(f"warning: {exc}")
+        say(f"warning: {exc}", level=logging.WARNING)
         return False
 
 
@@ -87,22 +88,45 @@ def _leaves(exc: BaseException) -> list[BaseException]:
 def report(exc: BaseException, *, debug: bool) -> int:
     """Tell the user about ``exc``, raised by a command; the exit code.  Each error in it is one
     line (``error: [code] message`` for a :class:`QueueError`); an interrupt is the line
-    ``interrupted``.  With ``debug`` the full traceback comes first."""
+    ``interrupted``.  With ``debug`` the full traceback comes first.  With ``--log-format
+    json`` each line is a JSON object instead (:func:`_json_line`)."""
     leaves = _leaves(exc)
+    trace = redacted("".join(traceback.format_exception(exc))) if debug else None
     if any(isinstance(leaf, KeyboardInterrupt | Interrupted) for leaf in leaves):
-        say("interrupted")
+        _tell("interrupted", None, EXIT_INTERRUPTED, None)
         return EXIT_INTERRUPTED
-    if debug:
-        sys.stderr.write(redacted("".join(traceback.format_exception(exc))))
+    if trace is not None and not json_logs():
+        sys.stderr.write(trace)
     usage = [leaf for leaf in leaves if isinstance(leaf, UsageError)]
     if usage:
-        say(redacted(f"error: {usage[0]}"))
+        _tell(f"error: {usage[0]}", None, EXIT_USAGE, trace)
         return EXIT_USAGE
     codes = []
     for leaf in leaves:
-        say(redacted(f"error: {_line(leaf, debug)}"))
-        codes.append(exit_code_for(leaf) if isinstance(leaf, QueueError) else EXIT_ERROR)
+        code = exit_code_for(leaf) if isinstance(leaf, QueueError) else EXIT_ERROR
+        _tell(f"error: {_line(leaf, debug)}", leaf, code, trace)
+        trace = None  # one traceback, on the first line
+        codes.append(code)
     return max(codes)
+
+
+def _tell(line: str, error: BaseException | None, exit_code: int, trace: str | None) -> None:
+    """One line of :func:`report`: plain text, or with ``--log-format json`` a JSON object of
+    the logger ``blamequeue.cli``: ``level`` (``ERROR``; ``WARNING`` for an interrupt),
+    ``message`` (the line without its ``error:``), ``code`` for a :class:`QueueError`,
+    ``exit_code``, and ``exception`` (the traceback) with ``--debug``."""
+    if not json_logs():
+        say(redacted(line))
+        return
+    fields: dict[str, object] = {}
+    if isinstance(error, QueueError):
+        fields["code"] = error.code
+    fields["exit_code"] = exit_code
+    if trace is not None:
+        fields["exception"] = trace
+    level = logging.WARNING if exit_code == EXIT_INTERRUPTED else logging.ERROR
+    message = redacted(line.removeprefix("error: "))
+    say_as_log(message, "blamequeue.cli", level=level, fields=fields)
 
 
 def _line(error: BaseException, debug: bool) -> str:
@@ -144,9 +168,13 @@ class _OneLineFormatter(logging.Formatter):
 
 
 def log_to_stderr(level: str, *, debug: bool) -> None:
-    """Log records of ``level`` and above go to stderr, one line each (see above)."""
+    """Log records of ``level`` and above go to stderr, one line each (see above; JSON lines
+    once :func:`~._log_format.use_json_logs` switched them on)."""
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(
-        _OneLineFormatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s", debug=debug)
+    formatter: logging.Formatter = (
+        JsonLogFormatter()
+        if json_logs()
+        else _OneLineFormatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s", debug=debug)
     )
+    handler.setFormatter(formatter)
     logging.basicConfig(level=level.upper(), handlers=[handler])

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import logging
 import math
 import signal
 import sys
@@ -17,6 +18,7 @@ import anyio
 from blamequeue._validation import MAX_SECONDS, MAX_SECONDS_TEXT
 from blamequeue.errors import QueueError
 
+from ._log_format import json_logs, say_as_log
 from ._terminal import Activity, Terminal
 
 __all__ = [
@@ -113,8 +115,12 @@ def exit_code_for(exc: QueueError) -> int:
     return EXIT_USAGE if exc.code in _CONFIG_CODES | _USAGE_CODES else EXIT_ERROR
 
 
-def say(message: str) -> None:
-    """A line for the operator on stderr (stdout stays for results and ``--json``)."""
+def say(message: str, *, logger: str = "blamequeue.cli", level: int = logging.INFO) -> None:
+    """A line for the operator on stderr (stdout stays for results and ``--json``); with
+    ``--log-format json`` a JSON log line of ``logger`` at ``level``."""
+    if json_logs():
+        say_as_log(message, logger, level=level)
+        return
     sys.stderr.write(message + "\n")
     sys.stderr.flush()
 

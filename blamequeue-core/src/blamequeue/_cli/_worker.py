@@ -25,7 +25,7 @@ from blamequeue._execution import Handler
 
 from ._config import add_queue_options, backend_config, build_queue, load_config
 from ._errors import import_failed
-from ._log_format import LOG_FORMATS, say_as_log, use_json_logs
+from ._log_format import LOG_FORMATS
 from ._running import (
     EXIT_INTERRUPTED,
     EXIT_OK,
@@ -279,14 +279,6 @@ def _summary(consumers: list[Consumer], seconds: float) -> str:
     return f"blamequeue worker: stopped after {seconds:.1f} s\n  " + "\n  ".join(lines)
 
 
-def _say(args: argparse.Namespace, message: str) -> None:
-    """A line for the operator on stderr, a JSON object with ``--log-format json``."""
-    if args.log_format == "json":
-        say_as_log(message, log.name)
-    else:
-        say(message)
-
-
 async def _serve(args: argparse.Namespace, queue: Queue, handler: Handler) -> int:
     started = time.monotonic()
     consumers: list[Consumer] = []
@@ -296,10 +288,10 @@ async def _serve(args: argparse.Namespace, queue: Queue, handler: Handler) -> in
         nonlocal forced
         async for signum in signals:
             forced = True
-            _say(
-                args,
+            say(
                 f"blamequeue worker: {signal.Signals(signum).name} again; cancelling running "
                 f"handlers, their jobs go back to pending",
+                logger=log.name,
             )
             for consumer in consumers:
                 consumer.abort()
@@ -323,20 +315,20 @@ async def _serve(args: argparse.Namespace, queue: Queue, handler: Handler) -> in
                         )
                     )
                 queues = ", ".join(repr(name) for name in args.queues)
-                _say(
-                    args,
+                say(
                     f"blamequeue worker {__version__} (pid {os.getpid()}, {args.loop}): "
                     f"{args.target} on {queues}, concurrency {args.concurrency}, "
                     f"lease {args.lease:g} s, backend {_where(args)}\n"
                     f"  stop with Ctrl-C or SIGTERM",
+                    logger=log.name,
                 )
                 async for signum in signals:
                     running = sum(consumer.in_flight for consumer in consumers)
-                    _say(
-                        args,
+                    say(
                         f"blamequeue worker: {signal.Signals(signum).name} received; no new "
                         f"jobs, waiting up to {args.shutdown_timeout:g} s for {running} running "
                         f"handler(s) (signal again to cancel them now)",
+                        logger=log.name,
                     )
                     break
                 tg.start_soon(cancel_on_second_signal, signals)
@@ -345,13 +337,11 @@ async def _serve(args: argparse.Namespace, queue: Queue, handler: Handler) -> in
                 # it must run at the same cancel-scope depth as start().
                 await queue.shutdown(timeout=args.shutdown_timeout)
             tg.cancel_scope.cancel()
-    _say(args, _summary(consumers, time.monotonic() - started))
+    say(_summary(consumers, time.monotonic() - started), logger=log.name)
     return EXIT_INTERRUPTED if forced else EXIT_OK
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.log_format == "json":
-        use_json_logs()
     handler = load_handler(args.target, args.app_dir)
     queue = build_queue(args, must_exist=False)
     serve: Callable[[], Any] = functools.partial(_serve, args, queue, handler)
