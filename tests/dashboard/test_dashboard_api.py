@@ -6,6 +6,8 @@ Queue names with ``/``, ``%``, spaces and more reach exactly their queue."""
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import AsyncIterator, Iterator, MutableMapping
 from pathlib import Path
 from typing import Any
@@ -480,6 +482,40 @@ async def test_queue_metrics_feed_the_charts_without_error_texts(
         odd = await client.get("/api/queues/reports/metrics?window=5", headers=READ)
         assert odd.status_code == 400
         assert "window must be one of 3600, 21600, 86400" in odd.json()["error"]
+
+
+async def test_a_queues_events_stream_as_json_lines_while_the_page_reads(
+    controlled: Queue, anyio_backend: str
+) -> None:
+    app = dashboard_app(controlled, token=TOKEN, read_only_open=True)
+    async with serving(app, anyio_backend) as url:
+        # A raw HTTP/1.1 exchange: the answer never ends by itself, and the test reads a part.
+        port = int(url.rsplit(":", 1)[1])
+        async with await anyio.connect_tcp("127.0.0.1", port) as stream:
+            request = "GET /api/queues/reports/events HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+            await stream.send(request.encode())
+            received = b""
+            with anyio.fail_after(10):
+                while b"\r\n\r\n" not in received:
+                    received += await stream.receive()
+                head = received.split(b"\r\n\r\n", 1)[0].decode().lower()
+                assert head.startswith("http/1.1 200")
+                assert "content-type: application/x-ndjson" in head
+                # The watch is open once the headers came: what is raised now is streamed.
+                job_id = await controlled.enqueue("reports", {"secret": "s3cr3t"})
+                while b"job.added" not in received:
+                    received += await stream.receive()
+                while not re.search(rb'"job.added".*?\}\n', received):
+                    received += await stream.receive()
+        found = re.search(rb'\{"name": "job.added".*?\}\n', received)
+        assert found is not None
+        event = json.loads(found.group())
+        assert event["job_id"] == job_id
+        assert b"s3cr3t" not in received
+    closed = dashboard_app(controlled, token=TOKEN)
+    async with serving(closed, anyio_backend) as url, httpx.AsyncClient(base_url=url) as client:
+        refused = await client.get("/api/queues/reports/events")
+        assert refused.status_code == 401
 
 
 async def test_cancel_ends_a_waiting_job_and_says_when_it_cannot(

@@ -72,6 +72,14 @@ def _seed(db: Path) -> None:
     anyio.run(go)
 
 
+def _enqueue(db: Path, name: str) -> str:
+    async def go() -> str:
+        async with Queue(backends={"l": {"protocol": "local", "path": str(db)}}) as queue:
+            return await queue.enqueue(name, "live")
+
+    return anyio.run(go)
+
+
 def _counts(db: Path, name: str = "emails") -> tuple[int, int]:
     async def go() -> tuple[int, int]:
         async with Queue(backends={"l": {"protocol": "local", "path": str(db)}}) as queue:
@@ -209,6 +217,11 @@ def test_counts_match_and_a_dlq_retry_moves_the_job_back(
     assert jobs_chart.get_attribute("data-top") == "1"
     assert jobs_chart.find_elements(By.CSS_SELECTOR, "polyline.failed")
     assert float(browser.find_element(By.ID, "chart-duration").get_attribute("data-top")) > 0
+    # Live events: a job another process enqueues shows up, from the store's event log.
+    wait.until(lambda d: d.find_element(By.ID, "live-state").get_attribute("data-state") == "open")
+    added = _enqueue(db, "emails")
+    row = wait.until(lambda d: d.find_element(By.CSS_SELECTOR, "#live tr[data-event='job.added']"))
+    assert added in row.text
     _shot(browser, tmp_path, "queue")
     Select(browser.find_element(By.ID, "chart-window")).select_by_value("21600")
     wait.until(lambda d: d.find_element(By.ID, "chart-jobs").get_attribute("data-minutes") == "360")
@@ -222,7 +235,7 @@ def test_counts_match_and_a_dlq_retry_moves_the_job_back(
     wait.until(lambda d: _clicked(d, By.CSS_SELECTOR, "#dlq button.retry"))
     wait.until(lambda d: not d.find_elements(By.CSS_SELECTOR, "#dlq tr[data-job]"))
     assert "retried" in browser.find_element(By.ID, "feedback-text").text
-    assert _counts(db) == (4, 0)  # the dead job is pending again
+    assert _counts(db) == (5, 0)  # the dead job is pending again (beside the one added live)
     _shot(browser, tmp_path, "retried")
 
 
@@ -273,8 +286,16 @@ def test_the_job_view_shows_log_and_progress_and_rerun_runs_a_done_job_again(
     url, db = dashboard
     browser.get(url)
     wait = _open_job(browser, "report-done")
-    rows = wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#job-logs tbody tr"))
-    lines = [[td.text for td in r.find_elements(By.TAG_NAME, "td")] for r in rows]
+    # Read in one wait: the page redraws the log at each refresh, which stales what was found.
+    lines = wait.until(
+        lambda d: (
+            [
+                [td.text for td in r.find_elements(By.TAG_NAME, "td")]
+                for r in d.find_elements(By.CSS_SELECTOR, "#job-logs tbody tr")
+            ]
+            or None
+        )
+    )
     assert [(attempt, message[:12]) for _, attempt, message in lines] == [
         ("1", "read 10 rows"),
         ("1", "Traceback (m"),

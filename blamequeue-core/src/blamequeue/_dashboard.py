@@ -47,6 +47,7 @@ import anyio.to_thread
 import attrs
 
 from ._asgi import App, Receive, Scope, Send, serve_non_http
+from ._queue_watch import QueueWatch
 from ._redaction import redacted
 from .errors import ConfigError, QueueError
 
@@ -83,6 +84,7 @@ _CSP = (
 _PROMOTABLE = "only a delayed pending job can be made due now"
 _RERUNNABLE = "only a done, dead or cancelled job can run again"
 _CANCELLABLE = "only a pending, parked or running job can be cancelled"
+_NDJSON = "application/x-ndjson"
 #: The windows (seconds) the queue view's charts offer: an hour, six hours, a day.
 _CHART_WINDOWS = ("3600", "21600", "86400")
 
@@ -520,6 +522,16 @@ def dashboard_app(
                 return
             if parts[:1] != ["api"]:
                 raise _HTTPError(404, "not found")
+            if len(parts) == 4 and parts[1] == "queues" and parts[3] == "events":
+                # A queue's events from every process, as they come (Queue.watch): a stream
+                # of JSON lines for as long as the page reads it.
+                if scope["method"] != "GET":
+                    raise _HTTPError(405, f"{scope['method']} is not served here")
+                if not may_read(headers, host, scope):
+                    raise _HTTPError(401, "the dashboard needs its token (Authorization: Bearer)")
+                async with queue.watch(parts[2], backend=backend) as events:
+                    await _stream_events(events, receive, send)
+                return
             body = await api(scope, receive, parts[1:], headers, host)
             status = 200
         except _HTTPError as exc:
@@ -595,14 +607,53 @@ async def _send(
 ) -> None:
     """Answer with ``body`` (only its length for a ``HEAD`` request)."""
     headers = [
-        (b"content-type", content_type.encode()),
         (b"content-length", str(len(body)).encode()),
+        *_headers(content_type),
+        *(extra or []),
+    ]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": b"" if head else body})
+
+
+def _headers(content_type: str) -> list[tuple[bytes, bytes]]:
+    """What every answer of the dashboard carries besides its length."""
+    return [
+        (b"content-type", content_type.encode()),
         (b"cache-control", b"no-store"),
         (b"x-content-type-options", b"nosniff"),
         (b"x-frame-options", b"DENY"),
         (b"referrer-policy", b"no-referrer"),
         (b"content-security-policy", _CSP),
-        *(extra or []),
     ]
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": b"" if head else body})
+
+
+async def _stream_events(events: QueueWatch, receive: Receive, send: Send) -> None:
+    """Send ``events`` as JSON lines until the client goes away (the watch is already open,
+    so nothing raised after the page asked is missed)."""
+    await send({"type": "http.response.start", "status": 200, "headers": _headers(_NDJSON)})
+    await send({"type": "http.response.body", "body": b"", "more_body": True})
+    async with anyio.create_task_group() as tg:
+
+        async def until_gone() -> None:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            tg.cancel_scope.cancel()
+
+        tg.start_soon(until_gone)
+        try:
+            async for event in events:
+                line = {
+                    "name": event.name,
+                    "job_id": event.job_id,
+                    "at": event.at.isoformat(),
+                    "data": _jsonable(dict(event.data)),
+                }
+                await send({"type": "http.response.body", "body": _line(line), "more_body": True})
+        except QueueError as exc:  # the answer has begun: its last line says what went wrong
+            error = {"error": _one_line(exc.message), "code": exc.code}
+            await send({"type": "http.response.body", "body": _line(error)})
+            tg.cancel_scope.cancel()
+
+
+def _line(document: Any) -> bytes:
+    return json.dumps(document, default=str).encode() + b"\n"
