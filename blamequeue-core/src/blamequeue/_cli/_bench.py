@@ -338,9 +338,7 @@ async def _measure_enqueue(queue: Queue, jobs: int, status: _Status) -> dict[str
     return {"jobs": jobs, "seconds": round(seconds, 4), "jobs_per_s": _rate(jobs, seconds)}
 
 
-async def _measure_enqueue_in_flight(
-    queue: Queue, jobs: int, status: _Status
-) -> dict[str, Any]:
+async def _measure_enqueue_in_flight(queue: Queue, jobs: int, status: _Status) -> dict[str, Any]:
     """``jobs`` single enqueues from :data:`_IN_FLIGHT` tasks, each awaiting one at a time."""
     payloads = iter([{"n": n} for n in range(jobs)])
 
