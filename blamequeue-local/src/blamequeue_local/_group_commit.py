@@ -1,9 +1,12 @@
 """Group commit for the ``local`` backend's own connection: statements that callers send while
 one is running go to SQLite together, in one transaction, one thread hop and one commit.
 
-Each statement keeps its meaning on its own: it runs in a savepoint of its own, so one that
-fails (a job id that exists, text SQLite cannot store) is rolled back alone and raises for its
-caller only, while the others commit.  A caller's statement returns only once the transaction
+Each statement keeps its meaning on its own: SQLite makes every statement atomic inside a
+transaction (one that fails, on a job id that exists or on text SQLite cannot store, is backed
+out alone and the statements before it stay), so it raises for its caller only, while the
+others commit.  The rare error after which SQLite rolled the whole transaction back (a full
+disk, an I/O error) fails the group; none of the backend's statements asks for another
+conflict resolution (``OR FAIL``, ``OR ROLLBACK``) or raises in a trigger.  A caller's statement returns only once the transaction
 holding it committed, so a statement that returned is as durable as one committed alone.  A
 failure of the transaction itself (``BEGIN IMMEDIATE`` finding the file busy past
 ``busy_timeout``, a full disk at ``COMMIT``) rolls every statement of the group back and
@@ -31,8 +34,6 @@ __all__ = ["GroupCommitStore", "run_group"]
 # Statements one transaction takes at most; callers beyond it wait for the next one.
 GROUP_MAX: Final = 256
 
-_SAVEPOINT: Final = "blamequeue_group"
-
 
 @attrs.define(eq=False)
 class _Statement:
@@ -46,8 +47,8 @@ class _Statement:
 def run_group(
     connection: sqlite3.Connection, statements: Sequence[tuple[str, Sequence[Any], Fetch]]
 ) -> list[tuple[bool, Any]]:
-    """Run ``statements`` (blocking) in one transaction, each in a savepoint of its own;
-    return ``(True, result)`` or ``(False, exception)`` for each, in order.
+    """Run ``statements`` (blocking) in one transaction; return ``(True, result)`` or
+    ``(False, exception)`` for each, in order.
 
     One statement alone runs as :func:`run_statement` runs it (its own implicit transaction).
     An exception raised here (``BEGIN``, ``COMMIT``, or an error that ended the transaction)
@@ -65,15 +66,12 @@ def run_group(
     connection.execute("BEGIN IMMEDIATE")
     try:
         for sql, params, fetch in statements:
-            connection.execute(f"SAVEPOINT {_SAVEPOINT}")
             try:
                 outcomes.append((True, fetch_rows(connection, sql, params, fetch)))
             except Exception as exc:
                 if not connection.in_transaction:
                     raise  # SQLite rolled the whole transaction back (e.g. a full disk)
-                connection.execute(f"ROLLBACK TO {_SAVEPOINT}")
-                outcomes.append((False, exc))
-            connection.execute(f"RELEASE {_SAVEPOINT}")
+                outcomes.append((False, exc))  # backed out alone (statement atomicity)
         connection.execute("COMMIT")
     except BaseException:
         if connection.in_transaction:
