@@ -1,16 +1,15 @@
 """Group commit for the ``local`` backend's own connection: statements that callers send while
 one is running go to SQLite together, in one transaction, one thread hop and one commit.
 
-Each statement keeps its meaning on its own: SQLite makes every statement atomic inside a
-transaction (one that fails, on a job id that exists or on text SQLite cannot store, is backed
-out alone and the statements before it stay), so it raises for its caller only, while the
-others commit.  The rare error after which SQLite rolled the whole transaction back (a full
-disk, an I/O error) fails the group; none of the backend's statements asks for another
-conflict resolution (``OR FAIL``, ``OR ROLLBACK``) or raises in a trigger.  A caller's statement returns only once the transaction
-holding it committed, so a statement that returned is as durable as one committed alone.  A
-failure of the transaction itself (``BEGIN IMMEDIATE`` finding the file busy past
-``busy_timeout``, a full disk at ``COMMIT``) rolls every statement of the group back and
-raises for each caller.
+Each statement keeps its meaning on its own.  SQLite makes every statement atomic inside a
+transaction: one that fails (a job id that exists, text SQLite cannot store) is backed out
+alone and the statements before it stay, so it raises for its caller only while the others
+commit.  None of the backend's statements asks for another conflict resolution (``OR FAIL``,
+``OR ROLLBACK``) or raises in a trigger.  A caller's statement returns only once the
+transaction holding it committed, so a statement that returned is as durable as one committed
+alone.  A failure of the transaction itself (``BEGIN IMMEDIATE`` finding the file busy past
+``busy_timeout``, a full disk, an I/O error after which SQLite rolled it all back) stores
+nothing of the group and raises for each caller.
 
 Only for a connection the backend opened itself: on a connection handed to it, its owner may
 have a transaction open (transactional enqueue), which other callers' statements must not join.
@@ -25,7 +24,6 @@ from typing import Any, Final
 import anyio
 import anyio.lowlevel
 import anyio.to_thread
-import attrs
 
 from blamequeue_local._store import Fetch, SQLiteStore, fetch_rows, run_statement
 
@@ -35,13 +33,17 @@ __all__ = ["GroupCommitStore", "run_group"]
 GROUP_MAX: Final = 256
 
 
-@attrs.define(eq=False)
 class _Statement:
-    sql: str
-    params: Sequence[Any]
-    fetch: Fetch
-    outcome: tuple[bool, Any] | None = None
-    """``(True, result)`` or ``(False, exception)`` once its transaction ended."""
+    """One caller's statement, and its outcome once its transaction ended: ``(True, result)``
+    or ``(False, exception)``."""
+
+    __slots__ = ("fetch", "outcome", "params", "sql")
+
+    def __init__(self, sql: str, params: Sequence[Any], fetch: Fetch) -> None:
+        self.sql = sql
+        self.params = params
+        self.fetch = fetch
+        self.outcome: tuple[bool, Any] | None = None
 
 
 def run_group(
