@@ -19,6 +19,7 @@ TOP_KEYS = {
     "jobs",
     "concurrency",
     "enqueue",
+    "enqueue_in_flight",
     "enqueue_many",
     "processed",
     "latency",
@@ -37,9 +38,11 @@ def test_bench_json_on_memory_has_every_measurement(run_cli: RunCli) -> None:
     assert report["backend"] == "memory"
     assert report["jobs"] == 2000
     assert report["enqueue"]["jobs"] == 2000
+    assert report["enqueue_in_flight"]["jobs"] == 2000
+    assert report["enqueue_in_flight"]["in_flight"] == 50
     assert report["enqueue_many"]["jobs"] == 2000
     assert report["processed"]["jobs"] == 2000
-    for section in ("enqueue", "enqueue_many", "processed"):
+    for section in ("enqueue", "enqueue_in_flight", "enqueue_many", "processed"):
         assert report[section]["jobs_per_s"] > 0
     assert report["latency"]["samples"] == 200
     assert 0 < report["latency"]["p50_ms"] <= report["latency"]["p99_ms"]
@@ -91,7 +94,8 @@ def test_bench_prints_a_table_for_people(run_cli: RunCli) -> None:
     result = run_cli("bench", "--backend", "memory", "--jobs", "200", "--samples", "10")
 
     assert result.returncode == 0, result.stderr
-    metrics = ("enqueue", "enqueue_many", "processed", "latency p50", "latency p99", "RSS")
+    metrics = ("enqueue", "enqueue (50 in flight)", "enqueue_many", "processed", "latency p50")
+    metrics += ("latency p99", "RSS")
     for metric in (*metrics, "lateness, delayed jobs", "lateness, backoff retries"):
         assert metric in result.stdout
     assert "jobs/s" in result.stdout

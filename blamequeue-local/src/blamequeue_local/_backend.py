@@ -70,6 +70,7 @@ from blamequeue.abc import (
 )
 from blamequeue.errors import BackendUnavailableError, BadArgumentError, QueueError
 from blamequeue_local._aiosqlite_store import AiosqliteStore, is_aiosqlite_connection
+from blamequeue_local._group_commit import GroupCommitStore
 from blamequeue_local._options import LocalOptions, parse_options
 from blamequeue_local._records_sql import RecordStatements
 from blamequeue_local._sqlite_errors import map_store_error
@@ -278,7 +279,8 @@ class LocalBackend(
             connection = await self._retry_busy(
                 lambda: self._boundary.call(anyio.to_thread.run_sync(open_connection))
             )
-            store = owned = SQLiteStore(connection)
+            # Its own connection: concurrent statements share a transaction (group commit).
+            store = owned = GroupCommitStore(connection)
         elif isinstance(config.store, sqlite3.Connection):
             store = SQLiteStore(config.store)
         elif is_aiosqlite_connection(config.store):

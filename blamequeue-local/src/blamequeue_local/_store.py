@@ -72,18 +72,7 @@ def run_statement(
     """
     opened_here = not connection.in_transaction
     try:
-        cursor = connection.execute(sql, params)
-        try:
-            result: Any
-            if fetch == "count":
-                result = cursor.rowcount
-            else:
-                # Exhaust the cursor even for "one": a DML ... RETURNING statement only
-                # completes (and commits in autocommit mode) once every row was stepped.
-                rows = cursor.fetchall()
-                result = rows if fetch == "all" else (rows[0] if rows else None)
-        finally:
-            cursor.close()
+        result = fetch_rows(connection, sql, params, fetch)
     except BaseException:
         if opened_here and connection.in_transaction:
             connection.rollback()
@@ -91,6 +80,23 @@ def run_statement(
     if opened_here and connection.in_transaction:
         connection.commit()
     return result
+
+
+def fetch_rows(
+    connection: sqlite3.Connection, sql: str, params: Sequence[Any], fetch: Fetch
+) -> Any:
+    """Run one statement on ``connection`` (blocking) and fetch what ``fetch`` asks for,
+    leaving any transaction as it is."""
+    cursor = connection.execute(sql, params)
+    try:
+        if fetch == "count":
+            return cursor.rowcount
+        # Exhaust the cursor even for "one": a DML ... RETURNING statement only completes
+        # (and commits in autocommit mode) once every row was stepped.
+        rows = cursor.fetchall()
+        return rows if fetch == "all" else (rows[0] if rows else None)
+    finally:
+        cursor.close()
 
 
 class StatementStore(abc.ABC):
@@ -127,20 +133,22 @@ class SQLiteStore(StatementStore):
         # Created on first use so it belongs to the event loop that runs the statements.
         self._limiter: anyio.CapacityLimiter | None = None
 
-    async def _run(self, sql: str, params: Sequence[Any], fetch: Fetch) -> Any:
+    def _thread_limiter(self) -> anyio.CapacityLimiter:
+        """The limiter of one that serialises the connection's worker-thread calls."""
         if self._limiter is None:
             self._limiter = anyio.CapacityLimiter(1)
+        return self._limiter
+
+    async def _run(self, sql: str, params: Sequence[Any], fetch: Fetch) -> Any:
         return await anyio.to_thread.run_sync(
-            run_statement, self.connection, sql, params, fetch, limiter=self._limiter
+            run_statement, self.connection, sql, params, fetch, limiter=self._thread_limiter()
         )
 
     async def aclose(self) -> None:
         """Close the connection, after any statement still running.  For its owner only: the
         backend calls it for the connection it opened itself, never for one it was handed."""
-        if self._limiter is None:
-            self._limiter = anyio.CapacityLimiter(1)
         with anyio.CancelScope(shield=True):
-            await anyio.to_thread.run_sync(self.connection.close, limiter=self._limiter)
+            await anyio.to_thread.run_sync(self.connection.close, limiter=self._thread_limiter())
 
 
 def connect(

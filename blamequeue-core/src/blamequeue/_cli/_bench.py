@@ -1,7 +1,8 @@
 """``blamequeue bench``: the numbers of SPEC §13 for one backend, with the defaults a user gets
-(heartbeats on, default durability): enqueue jobs/s (one await per job, and enqueue_many),
-processed jobs/s at a concurrency, idle enqueue-to-start latency, peak RSS, and optionally the
-processing rate with a large backlog pending (lease cost must not grow with it)."""
+(heartbeats on, default durability): enqueue jobs/s (one await per job, 50 such enqueues in
+flight, and enqueue_many), processed jobs/s at a concurrency, idle enqueue-to-start latency,
+peak RSS, and optionally the processing rate with a large backlog pending (lease cost must not
+grow with it)."""
 
 from __future__ import annotations
 
@@ -57,6 +58,8 @@ _JOBS = 20_000
 _SQS_JOBS = 500
 _BACKLOG_BATCH = 10_000
 _SINGLE_MAX = 5000
+# Producers awaiting enqueue() at once in the "enqueue (N in flight)" figure.
+_IN_FLIGHT = 50
 
 
 _MANUAL = """\
@@ -77,6 +80,8 @@ examples:
 
 what is measured (in this one process unless said, on a fresh database unless --path):
   enqueue          jobs/s awaiting enqueue() once per job, over min(--jobs, 5000) jobs
+  enqueue (50 in flight)
+                   the same with 50 tasks each awaiting enqueue() once per job at once
   enqueue_many     jobs/s enqueuing --jobs jobs in batches of 1000
   processed        jobs/s consuming those jobs with a no-op async handler at --concurrency
   latency          enqueue -> handler start on an idle consumer, p50/p99 over --samples jobs
@@ -333,6 +338,29 @@ async def _measure_enqueue(queue: Queue, jobs: int, status: _Status) -> dict[str
     return {"jobs": jobs, "seconds": round(seconds, 4), "jobs_per_s": _rate(jobs, seconds)}
 
 
+async def _measure_enqueue_in_flight(queue: Queue, jobs: int, status: _Status) -> dict[str, Any]:
+    """``jobs`` single enqueues from :data:`_IN_FLIGHT` tasks, each awaiting one at a time."""
+    payloads = iter([{"n": n} for n in range(jobs)])
+
+    async def produce() -> None:
+        for payload in payloads:  # shared: each payload goes to whichever task is free
+            await queue.enqueue("bench-enqueue-in-flight", payload)
+            status.count += 1
+
+    status.begin(f"enqueue ({_IN_FLIGHT} in flight)", jobs)
+    started = time.perf_counter()
+    async with anyio.create_task_group() as tg:
+        for _ in range(_IN_FLIGHT):
+            tg.start_soon(produce)
+    seconds = time.perf_counter() - started
+    return {
+        "jobs": jobs,
+        "in_flight": _IN_FLIGHT,
+        "seconds": round(seconds, 4),
+        "jobs_per_s": _rate(jobs, seconds),
+    }
+
+
 async def _measure_enqueue_many(queue: Queue, jobs: int, status: _Status) -> dict[str, Any]:
     batches = [
         [{"n": n} for n in range(start, min(jobs, start + _BATCH))]
@@ -399,6 +427,9 @@ async def _measure(
 ) -> None:
     jobs, concurrency = args.jobs, args.concurrency
     result["enqueue"] = await _measure_enqueue(queue, min(jobs, _SINGLE_MAX), status)
+    result["enqueue_in_flight"] = await _measure_enqueue_in_flight(
+        queue, min(jobs, _SINGLE_MAX), status
+    )
     if requests is not None:
         requests.reset()  # SQS requests per job: enqueue_many, then consume (a backlog)
     result["enqueue_many"] = await _measure_enqueue_many(queue, jobs, status)
@@ -481,6 +512,12 @@ def _report(result: dict[str, Any], where: str, term: Terminal) -> str:
             "enqueue",
             rate(result["enqueue"]["jobs_per_s"]),
             f"one await per job, {result['enqueue']['jobs']:,} jobs",
+        ],
+        [
+            f"enqueue ({result['enqueue_in_flight']['in_flight']} in flight)",
+            rate(result["enqueue_in_flight"]["jobs_per_s"]),
+            f"{result['enqueue_in_flight']['in_flight']} tasks, one await per job each, "
+            f"{result['enqueue_in_flight']['jobs']:,} jobs",
         ],
         [
             "enqueue_many",
