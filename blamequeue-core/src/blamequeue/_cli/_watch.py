@@ -6,6 +6,7 @@ import argparse
 from collections.abc import Sequence
 
 from blamequeue import Queue, QueueEvent
+from blamequeue._events import EVENT_NAMES, TAPPED
 from blamequeue._queue_watch import GAP_EVENT
 
 from ._config import add_queue_argument, add_queue_command, add_queue_options, with_queue
@@ -15,21 +16,8 @@ from ._terminal import Terminal
 
 __all__ = ["WATCHED_EVENTS", "add_parser"]
 
-#: The events a watch can yield, as ``--event`` accepts them.
-WATCHED_EVENTS = (
-    "job.added",
-    "job.processing",
-    "job.progress",
-    "job.completed",
-    "job.failed",
-    "job.retrying",
-    "job.stalled",
-    "job.dead",
-    "queue.drained",
-    "queue.paused",
-    "queue.resumed",
-    GAP_EVENT,
-)
+#: The events a watch can yield, as ``--event`` accepts them (in the documentation's order).
+WATCHED_EVENTS = (*(name for name in EVENT_NAMES if name in TAPPED), GAP_EVENT)
 
 _MANUAL = f"""\
 print a queue's events as they happen, from every process
