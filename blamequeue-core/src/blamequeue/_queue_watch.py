@@ -150,7 +150,7 @@ class EventPublisher:
     clock: Clock
     name: str
     """The backend's name, for log lines."""
-    _held: dict[str, list[_Raised]] = attrs.field(factory=dict, init=False)
+    _held: dict[str, deque[_Raised]] = attrs.field(factory=dict, init=False)
     _count: int = attrs.field(default=0, init=False)
     _presence: dict[str, _Presence] = attrs.field(factory=dict, init=False)
     _drain_checks: dict[str, float] = attrs.field(factory=dict, init=False)
@@ -172,7 +172,7 @@ class EventPublisher:
         """Hold one event for the store (a list append)."""
         held = self._held.get(queue)
         if held is None:
-            held = self._held[queue] = []
+            held = self._held[queue] = deque()
         held.append((name, at, job_id, data))
         self._count += 1
         if self._count > MAX_HELD:
@@ -199,11 +199,15 @@ class EventPublisher:
     def _drop_oldest(self) -> None:
         queue = next(iter(self._held))
         held = self._held[queue]
-        held.pop(0)
+        held.popleft()
         if not held:
             del self._held[queue]
         self._count -= 1
-        self._dropped(1, queue, "too many were waiting for the store")
+        presence = self._presence.get(queue)
+        if presence is not None and (presence.watched or presence.local):
+            self._dropped(1, queue, "too many were waiting for the store")
+        # Else nobody was known to watch: the next look would most likely drop it too, and a
+        # busy queue nobody watches raises more than MAX_HELD between two looks.
 
     def _dropped(self, count: int, queue: str, why: str) -> None:
         before, self.dropped = self.dropped, self.dropped + count
@@ -295,7 +299,9 @@ class EventPublisher:
         held = self._held.get(queue)
         if held is None or count <= 0:
             return
-        del held[:count]
+        count = min(count, len(held))
+        for _ in range(count):
+            held.popleft()
         self._count -= count
         if not held:
             del self._held[queue]
