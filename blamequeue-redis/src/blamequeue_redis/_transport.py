@@ -30,7 +30,7 @@ import functools
 import logging
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import Any, Final, TypeVar
+from typing import Any, Final, Protocol, TypeVar
 
 import anyio
 import anyio.lowlevel
@@ -251,9 +251,13 @@ async def _unblockable_reply(
         raise
 
 
+class _Lendable(Protocol):
+    clean: bool
+
+
 @contextlib.asynccontextmanager
 async def _lent(
-    waiter: _AsyncWaiter | _SyncWaiter,
+    waiter: _Lendable,
     check_in: Callable[[], None],
     close: Callable[[], Awaitable[object]],
 ) -> AsyncIterator[None]:
