@@ -457,7 +457,9 @@ class RedisBackend(
         if not cluster and self._config.trio_transport == "streams":
             settings = stream_settings(client)
             if settings is not None:
-                return StreamTransport(client, settings, owned=True)
+                return StreamTransport(
+                    client, settings, owned=True, reply_poll=self._config.reply_poll_us / 1e6
+                )
         return ThreadTransport(client, owned=True)
 
     async def _probe_cluster(self, library: str, config: RedisOptions) -> bool:

@@ -33,11 +33,13 @@ import functools
 import select
 import socket
 import ssl
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 import anyio
 import anyio.abc
+import anyio.streams.tls
 import redis
 import redis.exceptions
 from redis.exceptions import NoScriptError
@@ -60,11 +62,15 @@ from blamequeue_redis._transport import (
     _lent,
     _run_unblockable,
     _semaphore,
+    current_library,
 )
+from blamequeue_redis._wire import _cores
 
 __all__ = ["Connection", "StreamSettings", "StreamTransport", "stream_settings"]
 
-_READ_SIZE: Final = 65536
+_READ_SIZE: Final = 262144
+#: Whether the event loop has nothing else ready to run.
+Idle = Callable[[], bool]
 #: Connection settings this transport cannot carry out: given (not None), the thread transport
 #: is used.  Every other TLS setting (``ssl_...``) not in :data:`_TLS` counts as one.
 _FOREIGN: Final = ("credential_provider", "redis_connect_func", "command_packer")
@@ -184,6 +190,13 @@ def stream_settings(client: Any) -> StreamSettings | None:
     return StreamSettings(kwargs, protocol=protocol, tls=tls)
 
 
+def _trio_idle() -> Idle:
+    import trio.lowlevel
+
+    statistics = trio.lowlevel.current_statistics
+    return lambda: statistics().tasks_runnable == 0
+
+
 def _lost(exc: BaseException) -> redis.exceptions.ConnectionError:
     return redis.exceptions.ConnectionError(f"connection to Redis lost: {exc!r}")
 
@@ -199,11 +212,21 @@ class Connection:
         self._decode = decode
         self._rest = b""
         self.broken = False
+        self.replied_in = 0.0
         self._poller: Any = None
         raw = stream.extra(anyio.abc.SocketAttribute.raw_socket, None)
         if raw is not None:
             self._poller = select.poll()
             self._poller.register(raw.fileno(), select.POLLIN)
+        # Read directly only on trio, whose socket streams keep no buffer of their own (on
+        # asyncio the transport's protocol reads the socket), and never under TLS.
+        self._raw: socket.socket | None = (
+            raw
+            if raw is not None
+            and current_library() == "trio"
+            and stream.extra(anyio.streams.tls.TLSAttribute.ssl_object, None) is None
+            else None
+        )
 
     @classmethod
     async def open(cls, settings: StreamSettings) -> Connection:
@@ -213,14 +236,15 @@ class Connection:
             with anyio.fail_after(settings.connect_timeout):
                 if settings.path is not None:
                     stream = await anyio.connect_unix(settings.path)
-                else:
+                elif settings.tls is not None:
                     stream = await anyio.connect_tcp(
                         settings.host,
                         settings.port,
-                        tls=settings.tls is not None,
                         ssl_context=settings.tls,
                         tls_standard_compatible=False,
                     )
+                else:
+                    stream = await anyio.connect_tcp(settings.host, settings.port)
         except TimeoutError as exc:
             where = settings.path or f"{settings.host}:{settings.port}"
             raise redis.exceptions.TimeoutError(f"timed out connecting to {where}") from exc
@@ -260,18 +284,30 @@ class Connection:
             return True
         return self._poller is not None and bool(self._poller.poll(0))
 
-    async def exchange(self, packed: bytes, count: int) -> list[Any]:
+    async def exchange(
+        self, packed: bytes, count: int, *, poll: float = 0.0, idle: Idle | None = None
+    ) -> list[Any]:
         """Send ``packed`` (``count`` commands) in one write; their ``count`` replies, an error
         reply as its exception.  Cut short (cancelled, a network error), the connection is
-        :attr:`broken`."""
+        :attr:`broken`.
+
+        ``poll`` > 0 on a plain socket (not TLS) and ``idle()`` true (nothing else is ready to
+        run): read the reply by polling the socket for up to ``poll`` seconds before sleeping in
+        the event loop (see *Polling for a reply* in docs/backends/redis.md).  :attr:`replied_in`
+        is how long the reply took, either way."""
         self.broken = True
+        sent_at = time.perf_counter()
         try:
             await self._stream.send(packed)
+            deadline = None
+            if poll > 0 and self._raw is not None and idle is not None and idle():
+                deadline = sent_at + poll
             replies: list[Any] = []
             chunks = [self._rest] if self._rest else []
             buf, pos = b"", 0
             while len(replies) < count:
-                if chunks:
+                # A complete reply ends with CRLF: parse only then (a long one comes in parts).
+                if chunks and chunks[-1].endswith(b"\r\n"):
                     buf = chunks[0] if len(chunks) == 1 else b"".join(chunks)
                     chunks, pos = [], 0
                     try:
@@ -282,12 +318,11 @@ class Connection:
                     except Incomplete:
                         chunks = [buf[pos:]]
                         buf, pos = b"", 0
-                data = await self._stream.receive(_READ_SIZE)
-                chunks.append(data)
-                # A complete reply ends with CRLF: parse only then (a long one comes in parts).
-                while not data.endswith(b"\r\n"):
+                data = self._polled(deadline) if deadline is not None else None
+                if data is None:
+                    deadline = None
                     data = await self._stream.receive(_READ_SIZE)
-                    chunks.append(data)
+                chunks.append(data)
         except (
             OSError,
             anyio.BrokenResourceError,
@@ -295,9 +330,26 @@ class Connection:
             anyio.EndOfStream,
         ) as exc:
             raise _lost(exc) from exc
+        self.replied_in = time.perf_counter() - sent_at
         self._rest = buf[pos:]
         self.broken = False
         return replies
+
+    def _polled(self, deadline: float) -> bytes | None:
+        """Bytes read from the (non-blocking) socket before ``deadline``; ``None`` when none
+        came in time or the socket failed (the stream then reads, or reports, it)."""
+        raw, clock = self._raw, time.perf_counter
+        assert raw is not None
+        while True:
+            try:
+                data: bytes = raw.recv(_READ_SIZE)
+            except (BlockingIOError, InterruptedError):
+                if clock() > deadline:
+                    return None
+                continue
+            except OSError:
+                return None
+            return data or None  # end of stream: left to the stream, which reports it
 
     async def aclose(self) -> None:
         self.broken = True
@@ -334,9 +386,17 @@ class StreamTransport(Transport):
     only for pub/sub, from worker threads.
     """
 
-    def __init__(self, client: Any, settings: StreamSettings, *, owned: bool) -> None:
+    def __init__(
+        self, client: Any, settings: StreamSettings, *, owned: bool, reply_poll: float = 0.0
+    ) -> None:
         super().__init__(client, owned=owned)
         self._settings = settings
+        # Polling for a reply needs a core of its own beside the server's, and is done only on
+        # trio (see Connection.exchange), when no other task is ready to run.
+        self._reply_poll = reply_poll if _cores() > 1 else 0.0
+        self._loop_idle: Idle | None = _trio_idle() if current_library() == "trio" else None
+        # Per script (or command): whether its last reply came within the poll (as HeldWires).
+        self._quick: dict[Any, bool] = {}
         self._slots = _semaphore(POOL_SIZE)
         self._free: list[Connection] = []
         self._idle: list[_Waiter] = []
@@ -360,8 +420,14 @@ class StreamTransport(Transport):
             except redis.exceptions.ConnectionError:
                 await self._server_gone()
                 raise
+            kind = commands[0][1] if commands[0][0] == "EVALSHA" else commands[0][0]
+            poll = self._reply_poll if self._quick.get(kind, True) else 0.0
             try:
-                replies = await connection.exchange(packed, len(commands))
+                replies = await connection.exchange(
+                    packed, len(commands), poll=poll, idle=self._loop_idle
+                )
+                if poll:
+                    self._quick[kind] = connection.replied_in <= poll
                 fatal = unusable(replies)
                 if fatal is not None:
                     raise fatal
