@@ -124,5 +124,6 @@ async def test_trio_uses_the_stream_transport_unless_told_threads(redis_url: str
         await backend.open()
         try:
             assert type(backend.transport) is kind
+            assert backend.overlapped_lease is (choice == "streams")
         finally:
             await backend.close()

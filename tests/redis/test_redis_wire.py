@@ -1,7 +1,8 @@
 """Replies read by the transport's own connections (``_wire``) are what redis-py itself reads.
 
 On asyncio the transport sends scripts over connections it took over from redis-py and parses
-the replies itself; on trio the calls go through redis-py's sync client.  Either way a script's
+the replies itself; on trio the stream transport does so with the same parser (``_resp``,
+compared with redis-py's reading here on asyncio).  Either way a script's
 reply must come back exactly as redis-py's own parser types it, in RESP2 and in RESP3 (redis-py's
 default), whole however it arrives (read by the event loop, or by polling the socket for a
 reply due soon), and an idle connection the server closed must not fail the next call.

@@ -34,7 +34,7 @@ import select
 import socket
 import ssl
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final
 
 import anyio
@@ -48,7 +48,6 @@ from blamequeue_redis._resp import Decode, Incomplete, pack, parse_reply, unusab
 from blamequeue_redis._scripts import Script
 from blamequeue_redis._transport import (
     CONNECT_TIMEOUT,
-    MAX_BLOCK,
     POOL_SIZE,
     SOCKET_TIMEOUT,
     Abandoned,
@@ -60,8 +59,8 @@ from blamequeue_redis._transport import (
     _eval,
     _evalsha,
     _lent,
-    _run_unblockable,
     _semaphore,
+    _unblockable_reply,
     current_library,
 )
 from blamequeue_redis._wire import _cores
@@ -213,6 +212,11 @@ class Connection:
         self._rest = b""
         self.broken = False
         self.replied_in = 0.0
+        self._want = 0
+        self._replies: list[Any] = []
+        self._chunks: list[bytes] = []
+        self._failure: redis.exceptions.ConnectionError | None = None
+        self._sent_at = 0.0
         self._poller: Any = None
         raw = stream.extra(anyio.abc.SocketAttribute.raw_socket, None)
         if raw is not None:
@@ -295,29 +299,58 @@ class Connection:
         run): read the reply by polling the socket for up to ``poll`` seconds before sleeping in
         the event loop (see *Polling for a reply* in docs/backends/redis.md).  :attr:`replied_in`
         is how long the reply took, either way."""
+        await self.send(packed, count)
+        deadline = None
+        if poll > 0 and self._raw is not None and idle is not None and idle():
+            deadline = self._sent_at + poll
+        return await self.receive(deadline)
+
+    async def send(self, packed: bytes, count: int) -> None:
+        """Send ``packed`` (``count`` commands): :meth:`receive` reads their replies."""
         self.broken = True
-        sent_at = time.perf_counter()
+        self._want, self._replies, self._failure = count, [], None
+        self._chunks = [self._rest] if self._rest else []
+        self._rest = b""
+        self._sent_at = time.perf_counter()
         try:
             await self._stream.send(packed)
-            deadline = None
-            if poll > 0 and self._raw is not None and idle is not None and idle():
-                deadline = sent_at + poll
-            replies: list[Any] = []
-            chunks = [self._rest] if self._rest else []
-            buf, pos = b"", 0
-            while len(replies) < count:
+        except (
+            OSError,
+            anyio.BrokenResourceError,
+            anyio.ClosedResourceError,
+            anyio.EndOfStream,
+        ) as exc:
+            self._failure = _lost(exc)
+            raise self._failure from exc
+
+    @property
+    def replied(self) -> bool:
+        """Whether the replies :meth:`send` asked for came (or the connection failed)."""
+        return not self.broken or self._failure is not None
+
+    async def receive(self, deadline: float | None = None) -> list[Any]:
+        """The replies of the last :meth:`send`.  Cancelling this await loses nothing: await
+        again for them (a blocking command ended early by ``CLIENT UNBLOCK`` still replies)."""
+        if self._failure is not None:
+            raise self._failure
+        replies, chunks = self._replies, self._chunks
+        try:
+            while len(replies) < self._want:
                 # A complete reply ends with CRLF: parse only then (a long one comes in parts).
                 if chunks and chunks[-1].endswith(b"\r\n"):
                     buf = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-                    chunks, pos = [], 0
+                    chunks.clear()
+                    pos = 0
                     try:
-                        while len(replies) < count:
+                        while len(replies) < self._want:
                             item, pos = parse_reply(buf, pos, self._decode)
                             replies.append(item)
-                        break
                     except Incomplete:
-                        chunks = [buf[pos:]]
-                        buf, pos = b"", 0
+                        chunks.append(buf[pos:])  # the rest of a reply is still to come
+                    else:
+                        if pos < len(buf):
+                            chunks.append(buf[pos:])
+                        continue
                 data = self._polled(deadline) if deadline is not None else None
                 if data is None:
                     deadline = None
@@ -329,9 +362,14 @@ class Connection:
             anyio.ClosedResourceError,
             anyio.EndOfStream,
         ) as exc:
-            raise _lost(exc) from exc
-        self.replied_in = time.perf_counter() - sent_at
-        self._rest = buf[pos:]
+            self._failure = _lost(exc)
+            raise self._failure from exc
+        except Exception as exc:  # a malformed reply: the connection is out of step
+            self._failure = redis.exceptions.ConnectionError(f"malformed reply: {exc!r}")
+            raise self._failure from exc
+        self.replied_in = time.perf_counter() - self._sent_at
+        self._rest = b"".join(chunks)
+        chunks.clear()
         self.broken = False
         return replies
 
@@ -364,15 +402,26 @@ class _Waiter:
         self.client_id = client_id
         self.clean = False  # as _AsyncWaiter.clean
 
-    async def exchange(self, make: Commands) -> list[Any]:
+    async def exchange(
+        self, make: Commands, unblock: Callable[[], Awaitable[object]], abandoned: Abandoned
+    ) -> list[Any]:
+        """The commands ``make`` returns (called as they are sent), their replies read in the
+        caller's task; when it is cancelled, the blocking one is ended early through
+        ``unblock`` and the replies go to ``abandoned`` (see :func:`_unblockable_reply`)."""
+        connection = self.connection
         self.clean = False
         commands = make()
-        with anyio.fail_after(MAX_BLOCK + SOCKET_TIMEOUT):
-            replies = await self.connection.exchange(pack(commands), len(commands))
+        await connection.send(pack(commands), len(commands))
+        try:
+            replies = await _unblockable_reply(
+                connection.receive, lambda: connection.replied, unblock, abandoned
+            )
+        finally:
+            self.clean = not connection.broken
         fatal = unusable(replies)
         if fatal is not None:
+            self.clean = False
             raise fatal
-        self.clean = True
         return replies
 
     async def close(self) -> None:
@@ -426,8 +475,8 @@ class StreamTransport(Transport):
                 replies = await connection.exchange(
                     packed, len(commands), poll=poll, idle=self._loop_idle
                 )
-                if poll:
-                    self._quick[kind] = connection.replied_in <= poll
+                if self._reply_poll:
+                    self._quick[kind] = connection.replied_in <= self._reply_poll
                 fatal = unusable(replies)
                 if fatal is not None:
                     raise fatal
@@ -497,10 +546,8 @@ class StreamTransport(Transport):
     async def _on_waiter(self, key: str, make: Commands, abandoned: Abandoned = None) -> list[Any]:
         waiter = await self._checkout_waiter()
         async with _lent(waiter, functools.partial(self._idle.append, waiter), waiter.close):
-            return await _run_unblockable(
-                lambda: waiter.exchange(make),
-                lambda: self.command("CLIENT", "UNBLOCK", waiter.client_id),
-                abandoned,
+            return await waiter.exchange(
+                make, lambda: self.command("CLIENT", "UNBLOCK", waiter.client_id), abandoned
             )
 
     async def aclose(self) -> None:
