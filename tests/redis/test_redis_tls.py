@@ -1,6 +1,6 @@
 """TLS end to end: a ``rediss://`` URL against a real redis-server serving TLS with a certificate
 made for the test.  On asyncio the transport takes the TLS connections redis-py set up over
-(``_wire``); on trio redis-py's sync client carries them."""
+(``_wire``); on trio the stream transport (``_streams``) opens them with anyio."""
 
 from __future__ import annotations
 

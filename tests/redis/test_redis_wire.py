@@ -1,7 +1,8 @@
 """Replies read by the transport's own connections (``_wire``) are what redis-py itself reads.
 
 On asyncio the transport sends scripts over connections it took over from redis-py and parses
-the replies itself; on trio the calls go through redis-py's sync client.  Either way a script's
+the replies itself; on trio the stream transport does so with the same parser (``_resp``,
+compared with redis-py's reading here on asyncio).  Either way a script's
 reply must come back exactly as redis-py's own parser types it, in RESP2 and in RESP3 (redis-py's
 default), whole however it arrives (read by the event loop, or by polling the socket for a
 reply due soon), and an idle connection the server closed must not fail the next call.
@@ -24,6 +25,7 @@ import redis.asyncio.connection
 import redis.exceptions
 from redis.exceptions import NoScriptError, ResponseError
 
+import blamequeue_redis._resp
 import blamequeue_redis._transport
 import blamequeue_redis._wire
 from blamequeue._accelerators import PORTABLE_ENV
@@ -31,9 +33,10 @@ from blamequeue._clock import SystemClock
 from blamequeue.abc import BackendContext
 from blamequeue_redis import RedisBackend
 from blamequeue_redis._accelerators import loop_idle, stream_takeover
+from blamequeue_redis._resp import Incomplete, parse_error, parse_reply
 from blamequeue_redis._scripts import Script
 from blamequeue_redis._transport import Transport
-from blamequeue_redis._wire import Wire, _Incomplete, _parse, can_take_over, parse_error
+from blamequeue_redis._wire import Wire, can_take_over
 
 pytestmark = pytest.mark.anyio
 
@@ -346,15 +349,15 @@ _REPLIES: list[tuple[bytes, Any]] = [
 
 @pytest.mark.parametrize(("raw", "value"), _REPLIES)
 def test_each_reply_type_is_parsed_and_needs_every_byte(raw: bytes, value: Any) -> None:
-    assert _parse(raw, 0, _text) == (value, len(raw))
-    assert _parse(b"junk" + raw + b"+next\r\n", 4, _text) == (value, 4 + len(raw))
+    assert parse_reply(raw, 0, _text) == (value, len(raw))
+    assert parse_reply(b"junk" + raw + b"+next\r\n", 4, _text) == (value, 4 + len(raw))
     for cut in range(len(raw)):
-        with pytest.raises(_Incomplete):
-            _parse(raw[:cut], 0, _text)
+        with pytest.raises(Incomplete):
+            parse_reply(raw[:cut], 0, _text)
 
 
 def test_replies_stay_bytes_when_the_client_does_not_decode() -> None:
-    assert _parse(b"*2\r\n$2\r\nab\r\n+OK\r\n", 0, None) == ([b"ab", b"OK"], 17)
+    assert parse_reply(b"*2\r\n$2\r\nab\r\n+OK\r\n", 0, None) == ([b"ab", b"OK"], 17)
 
 
 _ERROR_REPLIES = [
@@ -386,7 +389,7 @@ def test_error_replies_are_typed_as_the_installed_redis_py_types_them(text: str)
 
     theirs, ours = BaseParser.parse_error(text), parse_error(text)
     code = text.partition(" ")[0]
-    if code in BaseParser.EXCEPTION_CLASSES or code not in blamequeue_redis._wire._ERROR_CLASSES:
+    if code in BaseParser.EXCEPTION_CLASSES or code not in blamequeue_redis._resp.ERROR_CLASSES:
         assert (type(ours), ours.args) == (type(theirs), theirs.args)
     else:  # a code this redis-py types only in its cluster client (older releases): narrower
         assert isinstance(ours, ResponseError)
@@ -394,14 +397,14 @@ def test_error_replies_are_typed_as_the_installed_redis_py_types_them(text: str)
 
 
 def test_error_replies_become_redis_py_exceptions() -> None:
-    error, end = _parse(b"-NOSCRIPT No matching script.\r\n", 0, _text)
+    error, end = parse_reply(b"-NOSCRIPT No matching script.\r\n", 0, _text)
     assert isinstance(error, NoScriptError)
     assert end == 31
-    error, _ = _parse(b"!21\r\nSYNTAX invalid syntax\r\n", 0, _text)
+    error, _ = parse_reply(b"!21\r\nSYNTAX invalid syntax\r\n", 0, _text)
     assert isinstance(error, ResponseError)
     assert str(error) == "SYNTAX invalid syntax"
 
 
 def test_an_unknown_type_byte_is_a_protocol_error() -> None:
     with pytest.raises(redis.exceptions.InvalidResponse, match="type byte '@'"):
-        _parse(b"@1\r\n", 0, _text)
+        parse_reply(b"@1\r\n", 0, _text)

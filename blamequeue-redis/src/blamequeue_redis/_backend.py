@@ -120,6 +120,7 @@ from blamequeue_redis._scripts import (
     Script,
 )
 from blamequeue_redis._stats_script import QUEUE_STATS
+from blamequeue_redis._streams import StreamTransport, stream_settings
 from blamequeue_redis._transport import (
     AsyncioTransport,
     ClientSettings,
@@ -354,10 +355,14 @@ class RedisBackend(
     * ``client``: bring your own redis-py client (``redis.asyncio.Redis`` / its
       ``RedisCluster`` on asyncio, or the sync ``redis.Redis`` / ``RedisCluster`` on either
       loop).  Never closed by the backend; not combinable with the connection options.
+    * ``trio_transport``: on trio, ``"streams"`` (the default: the backend's own RESP over anyio
+      streams, for a single server) or ``"threads"`` (redis-py's sync client in worker threads,
+      always used for a Redis Cluster or a client of the caller's).
 
-    On asyncio the backend uses redis-py's asyncio client; on trio, redis-py's sync client in
-    worker threads (see :mod:`blamequeue_redis._transport`).  Payloads leave the process, so the
-    queue refuses to start without a seal key unless ``seal=False``.
+    On asyncio the backend uses redis-py's asyncio client; on trio, its own connections over
+    anyio streams (see :mod:`blamequeue_redis._transport` and :mod:`blamequeue_redis._streams`).
+    Payloads leave the process, so the queue refuses to start without a seal key unless
+    ``seal=False``.
     """
 
     protocol: ClassVar[str] = "redis"
@@ -437,7 +442,7 @@ class RedisBackend(
                 # The sync cluster client discovers the cluster as it is built: I/O, so in a
                 # worker thread.
                 client = await anyio.to_thread.run_sync(settings.sync_client)
-                transport = ThreadTransport(client, owned=True)
+                transport = self._trio_transport(client, cluster)
         try:
             await transport.load((*SCRIPTS, LEASE_LIMITED, QUEUE_STATS, *RECORD_SCRIPTS))
         except BaseException:
@@ -445,6 +450,17 @@ class RedisBackend(
                 await transport.aclose()
             raise
         return transport
+
+    def _trio_transport(self, client: Any, cluster: bool) -> Transport:
+        """The stream transport for a single server unless ``trio_transport`` is ``"threads"``
+        or the settings need redis-py's own connections; else the thread transport."""
+        if not cluster and self._config.trio_transport == "streams":
+            settings = stream_settings(client)
+            if settings is not None:
+                return StreamTransport(
+                    client, settings, owned=True, reply_poll=self._config.reply_poll_us / 1e6
+                )
+        return ThreadTransport(client, owned=True)
 
     async def _probe_cluster(self, library: str, config: RedisOptions) -> bool:
         """Whether ``url`` points at a Redis Cluster node (``INFO cluster``)."""
@@ -458,7 +474,7 @@ class RedisBackend(
         if library == "asyncio":
             probe = AsyncioTransport(settings.asyncio_client(), owned=True)
         else:
-            probe = ThreadTransport(settings.sync_client(), owned=True)
+            probe = self._trio_transport(settings.sync_client(), cluster=False)
         try:
             info = await probe.command("INFO", "cluster")
         finally:
@@ -480,8 +496,9 @@ class RedisBackend(
     # -- the Redis boundary ----------------------------------------------------------------
     @property
     def overlapped_lease(self) -> bool:
-        # Worker threads (trio) spend this process's CPU on every call: halves measured slower.
-        return isinstance(self.transport, AsyncioTransport)
+        # Worker threads (the thread transport) spend this process's CPU on every call: halves
+        # measured slower there.
+        return isinstance(self.transport, (AsyncioTransport, StreamTransport))
 
     def _keys(self, queue: str) -> tuple[QueueKeys, tuple[str, ...]]:
         found = self._queues.get(queue)

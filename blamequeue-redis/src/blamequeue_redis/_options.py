@@ -31,12 +31,18 @@ _KNOWN: Final = (
     "client",
     "cluster",
     "reply_poll_us",
+    "trio_transport",
 )
 _SCHEMES: Final = ("redis", "rediss", "unix")
 _MAX_PREFIX: Final = 200
 #: Default of ``reply_poll_us``: a loopback reply (a script of a few jobs) comes within it.
 REPLY_POLL_US: Final = 200
 _MAX_REPLY_POLL_US: Final = 10_000
+#: The choices of ``trio_transport`` and what each does.
+TRIO_TRANSPORTS: Final = {
+    "streams": "RESP over anyio streams, the default",
+    "threads": "redis-py's sync client in worker threads",
+}
 
 
 @attrs.frozen(kw_only=True)
@@ -57,6 +63,9 @@ class RedisOptions:
     reply_poll_us: int = REPLY_POLL_US
     """On asyncio: how long a call may poll its socket for the reply before it sleeps in the
     event loop (0: never)."""
+    trio_transport: str = "streams"
+    """On trio, for a single server reached through ``url``: ``"streams"`` (the backend's own
+    RESP over anyio streams) or ``"threads"`` (redis-py's sync client in worker threads)."""
     secrets: tuple[str, ...] = attrs.field(default=(), repr=False)
     """Every credential given (as written and percent-decoded), longest first: scrubbed from
     foreign error texts (:func:`scrub`)."""
@@ -199,6 +208,8 @@ def parse_options(options: Mapping[str, Any]) -> RedisOptions:
         meaning=f"of microseconds from 0 (never poll) to {_MAX_REPLY_POLL_US}",
     )
 
+    trio_transport = read.choice("trio_transport", "streams", TRIO_TRANSPORTS)
+
     client = read.raw("client")
     if client is not None:
         if not (is_async_client(client) or is_sync_client(client)):
@@ -228,6 +239,7 @@ def parse_options(options: Mapping[str, Any]) -> RedisOptions:
             client=client,
             cluster=is_cluster,
             reply_poll_us=reply_poll_us,
+            trio_transport=trio_transport,
         )
 
     if options.get("url") is None:
@@ -248,5 +260,6 @@ def parse_options(options: Mapping[str, Any]) -> RedisOptions:
         client=None,
         cluster=cluster,
         reply_poll_us=reply_poll_us,
+        trio_transport=trio_transport,
         secrets=_secrets_of(password, *_url_secrets(url)),
     )

@@ -1,13 +1,16 @@
 """The transport seam: how the backend talks to Redis on asyncio and on trio.
 
 redis-py's asyncio client runs only on asyncio, so the backend talks through the small
-:class:`Transport` interface, with two implementations picked at ``open()`` by the running
-event loop:
+:class:`Transport` interface, with implementations picked at ``open()`` by the running event
+loop:
 
 * :class:`AsyncioTransport`: redis-py's asyncio client (``redis.asyncio``), on asyncio;
+* :class:`~blamequeue_redis._streams.StreamTransport`: the backend's own RESP over anyio
+  streams, on trio for a single server (the ``trio_transport`` option's default);
 * :class:`ThreadTransport`: redis-py's sync client in anyio worker threads, bounded by an
-  explicit :class:`anyio.CapacityLimiter` (the size of its connection pool), on trio (and on
-  asyncio when the caller hands in a sync client).
+  explicit :class:`anyio.CapacityLimiter` (the size of its connection pool), on trio for a
+  cluster or with ``trio_transport: "threads"`` (and on asyncio when the caller hands in a sync
+  client).
 
 Both speak to a single server or, with the cluster clients, to a Redis Cluster.  Scripts are
 called by SHA (``EVALSHA``); a server that forgot them (restart, ``SCRIPT FLUSH``, a new cluster
@@ -30,7 +33,7 @@ import functools
 import logging
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import Any, Final, TypeVar
+from typing import Any, Final, Protocol, TypeVar
 
 import anyio
 import anyio.lowlevel
@@ -251,9 +254,13 @@ async def _unblockable_reply(
         raise
 
 
+class _Lendable(Protocol):
+    clean: bool
+
+
 @contextlib.asynccontextmanager
 async def _lent(
-    waiter: _AsyncWaiter | _SyncWaiter,
+    waiter: _Lendable,
     check_in: Callable[[], None],
     close: Callable[[], Awaitable[object]],
 ) -> AsyncIterator[None]:

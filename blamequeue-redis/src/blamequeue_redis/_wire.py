@@ -1,4 +1,4 @@
-"""RESP on connections the asyncio transport holds for its scripts (asyncio only).
+"""Connections the asyncio transport holds for its scripts (asyncio only).
 
 A script call is one request and one reply, so it needs none of what redis-py's connection does
 per command (its generic encoder, a coroutine per reply element, the stream reader's buffer
@@ -11,10 +11,11 @@ Taking a connection over, and polling the socket for a reply while the loop has 
 to do, reach names redis-py and asyncio do not promise to keep: both are accelerators
 (:mod:`blamequeue_redis._accelerators`), probed when a transport opens.  Without them the
 transport leaves scripts to redis-py's public client.  The RESP parser and the mapping of error
-replies to redis-py's exceptions are this module's own, on public names only.
+replies to redis-py's exceptions (:mod:`blamequeue_redis._resp`, shared with the stream
+transport of trio) use public names only.
 
-The asyncio module is imported here on purpose: this is the asyncio transport's own I/O (the
-trio transport uses redis-py's sync client in worker threads).
+The asyncio module is imported here on purpose: this is the asyncio transport's own I/O (on
+trio the backend speaks over anyio streams, :mod:`blamequeue_redis._streams`).
 """
 
 from __future__ import annotations
@@ -28,143 +29,14 @@ from typing import Any
 
 import anyio
 import redis.exceptions
-from redis.exceptions import ResponseError
 
 from blamequeue_redis._accelerators import StreamTakeover, loop_idle, stream_takeover
+from blamequeue_redis._resp import Decode, Incomplete, pack, parse_error, parse_reply, unusable
 
 __all__ = ["HeldWires", "can_take_over", "pack", "parse_error", "unusable"]
 
-Decode = Callable[[bytes], Any] | None
 _READ_SIZE = 262144  # asyncio's own read size
 LoopIdle = Callable[[asyncio.AbstractEventLoop], bool]
-
-
-def _error_class(name: str, default: type[Exception] = ResponseError) -> type[Exception]:
-    found = getattr(redis.exceptions, name, None)  # some are newer than the oldest redis-py
-    return found if isinstance(found, type) and issubclass(found, Exception) else default
-
-
-# The error replies a script call can meet, typed as redis-py types them (its parsers'
-# table is private): the code is dropped from the message of a known one.
-_ERROR_CLASSES: dict[str, type[Exception]] = {
-    code: _error_class(name)
-    for code, name in (
-        ("NOSCRIPT", "NoScriptError"),
-        ("OOM", "OutOfMemoryError"),
-        ("WRONGPASS", "AuthenticationError"),
-        ("NOAUTH", "AuthenticationError"),
-        ("NOPERM", "NoPermissionError"),
-        ("EXECABORT", "ExecAbortError"),
-        ("LOADING", "BusyLoadingError"),
-        ("READONLY", "ReadOnlyError"),
-        ("TRYAGAIN", "TryAgainError"),
-        ("CLUSTERDOWN", "ClusterDownError"),
-        ("CROSSSLOT", "ClusterCrossSlotError"),
-        ("MASTERDOWN", "MasterDownError"),
-    )
-}
-_ERR_CLASSES: dict[str, type[Exception]] = {
-    "max number of clients reached": _error_class(
-        "MaxClientsReachedError", redis.exceptions.ConnectionError
-    ),
-    "invalid password": redis.exceptions.AuthenticationError,
-}
-
-
-def parse_error(text: str) -> Exception:
-    """The redis-py exception for an error reply's ``text`` (``NOSCRIPT No matching script.``
-    -> ``NoScriptError("No matching script.")``; an unknown code: ``ResponseError(text)``)."""
-    code, _, rest = text.partition(" ")
-    if code == "ERR":
-        return _ERR_CLASSES.get(rest, ResponseError)(rest)
-    found = _ERROR_CLASSES.get(code)
-    if found is None:
-        return ResponseError(text)
-    return found(rest)
-
-
-def pack(commands: Sequence[Sequence[Any]]) -> bytes:
-    """``commands`` in RESP, as one buffer.  The scripts' arguments are only text and numbers,
-    so this skips the general encoder of redis-py (a fifth of a single enqueue's CPU)."""
-    out: list[bytes] = []
-    for command in commands:
-        out.append(b"*%d\r\n" % len(command))
-        for arg in command:
-            if isinstance(arg, str):
-                data = arg.encode("utf-8", "surrogatepass")
-            elif isinstance(arg, bytes):
-                data = arg
-            elif isinstance(arg, (int, float)) and not isinstance(arg, bool):
-                data = repr(arg).encode("ascii")
-            else:
-                raise TypeError(f"a script argument must be text or a number, not {arg!r}")
-            out += (b"$%d\r\n" % len(data), data, b"\r\n")
-    return b"".join(out)
-
-
-class _Incomplete(Exception):
-    """The buffer ends before the reply does: wait for more bytes."""
-
-
-def _length_prefixed(buf: bytes, end: int, size: int) -> tuple[bytes, int]:
-    stop = end + 2 + size
-    if len(buf) < stop + 2:
-        raise _Incomplete
-    return buf[end + 2 : stop], stop + 2
-
-
-def _parse(buf: bytes, pos: int, decode: Decode) -> tuple[Any, int]:
-    """One reply starting at ``pos``: ``(value, position after it)``, typed as redis-py's own
-    parsers type it (RESP2, and RESP3, redis-py's default).  An error reply is returned as
-    redis-py's exception for it (``NoScriptError`` for ``NOSCRIPT`` ...)."""
-    end = buf.find(b"\r\n", pos)
-    if end < 0:
-        raise _Incomplete
-    kind = buf[pos]
-    line = buf[pos + 1 : end]
-    if kind == 36:  # $ bulk string
-        size = int(line)
-        if size < 0:
-            return None, end + 2
-        data, after = _length_prefixed(buf, end, size)
-        return (decode(data) if decode else data), after
-    if kind == 58 or kind == 40:  # : integer, ( big number
-        return int(line), end + 2
-    if kind == 42 or kind == 126 or kind == 62 or kind == 37 or kind == 124:
-        # * array, ~ set (a list, as redis-py gives it), > push, % map, | attribute
-        count = int(line)
-        if count < 0:
-            return None, end + 2
-        if kind == 37 or kind == 124:
-            count *= 2
-        pos = end + 2
-        items = []
-        for _ in range(count):
-            item, pos = _parse(buf, pos, decode)
-            items.append(item)
-        if kind == 62 or kind == 124:
-            # Out-of-band data (a push, attributes of the reply that follows): not a reply.
-            return _parse(buf, pos, decode)
-        if kind == 37:
-            return dict(zip(items[::2], items[1::2], strict=True)), pos
-        return items, pos
-    if kind == 95:  # _ null
-        return None, end + 2
-    if kind == 43:  # + simple string
-        return (decode(line) if decode else line), end + 2
-    if kind == 35:  # # boolean
-        return line == b"t", end + 2
-    if kind == 44:  # , double
-        return float(line), end + 2
-    if kind == 61:  # = verbatim string: "txt:" then the text
-        data, after = _length_prefixed(buf, end, int(line))
-        return (decode(data[4:]) if decode else data[4:]), after
-    if kind == 45:  # - error
-        return parse_error(line.decode("utf-8", "replace")), end + 2
-    if kind == 33:  # ! blob error
-        data, after = _length_prefixed(buf, end, int(line))
-        return parse_error(data.decode("utf-8", "replace")), after
-    raise redis.exceptions.InvalidResponse(f"unexpected reply type byte {chr(kind)!r}")
 
 
 def _decoder(connection: Any) -> Decode:
@@ -305,9 +177,9 @@ class Wire(asyncio.Protocol):
         replies, pos = self._replies, 0
         try:
             while len(replies) < self._want:
-                item, pos = _parse(buf, pos, self._decode)
+                item, pos = parse_reply(buf, pos, self._decode)
                 replies.append(item)
-        except _Incomplete:
+        except Incomplete:
             self._chunks = [buf[pos:]] if pos < len(buf) else []
             return
         except Exception as exc:  # a malformed reply: the connection is out of step
@@ -338,15 +210,6 @@ class Wire(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         pass
-
-
-def unusable(replies: Sequence[Any]) -> Exception | None:
-    """The first reply that leaves its connection unusable: an error other than a command's
-    own (an authentication error...); None when every reply is fit."""
-    for reply in replies:
-        if isinstance(reply, Exception) and not isinstance(reply, ResponseError):
-            return reply
-    return None
 
 
 def _cores() -> int:
