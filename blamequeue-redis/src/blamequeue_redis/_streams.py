@@ -21,9 +21,10 @@ connection whose exchange did not end cleanly (the caller was cancelled between 
 reply, the network failed, a reply could not be parsed) is closed, never used again with a
 reply pending; one found readable while idle (the server closed it) is replaced.
 
-**Blocking waits** run on connections of their own, as on the other transports: a cancelled wait is ended from the pool with ``CLIENT UNBLOCK``
-(see :func:`~blamequeue_redis._transport._unblockable_reply`): the reply is read in the
-caller's task, and a read cut by a cancellation is resumed (nothing is lost).
+**Blocking waits** run on connections of their own, as on the other transports: a cancelled
+wait is ended from the pool with ``CLIENT UNBLOCK`` (see
+:func:`~blamequeue_redis._transport._unblockable_reply`): the reply is read in the caller's
+task, and a read cut by a cancellation is resumed (nothing is lost).
 """
 
 from __future__ import annotations
