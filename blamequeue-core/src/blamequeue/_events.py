@@ -139,19 +139,9 @@ class EventTap(Protocol):
 
 #: The events that reach ``Queue.watch`` (SPEC §15): a queue's jobs and the queue itself.
 TAPPED: Final = frozenset(
-    {
-        "job.added",
-        "job.processing",
-        "job.completed",
-        "job.failed",
-        "job.retrying",
-        "job.stalled",
-        "job.progress",
-        "job.dead",
-        "queue.drained",
-        "queue.paused",
-        "queue.resumed",
-    }
+    name
+    for name in get_args(EventName)
+    if name.startswith("job.") or name in ("queue.drained", "queue.paused", "queue.resumed")
 )
 
 

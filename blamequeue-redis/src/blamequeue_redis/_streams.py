@@ -93,6 +93,15 @@ _CERT_REQS: Final = {
 }
 
 
+#: What a lost connection raises from an anyio stream.
+_LOST: Final = (
+    OSError,
+    anyio.BrokenResourceError,
+    anyio.ClosedResourceError,
+    anyio.EndOfStream,
+)
+
+
 class StreamSettings:
     """Where and how the stream transport connects (from a redis-py pool's settings)."""
 
@@ -315,12 +324,7 @@ class Connection:
         self._sent_at = time.perf_counter()
         try:
             await self._stream.send(packed)
-        except (
-            OSError,
-            anyio.BrokenResourceError,
-            anyio.ClosedResourceError,
-            anyio.EndOfStream,
-        ) as exc:
+        except _LOST as exc:
             self._failure = _lost(exc)
             raise self._failure from exc
 
@@ -357,12 +361,7 @@ class Connection:
                     deadline = None
                     data = await self._stream.receive(_READ_SIZE)
                 chunks.append(data)
-        except (
-            OSError,
-            anyio.BrokenResourceError,
-            anyio.ClosedResourceError,
-            anyio.EndOfStream,
-        ) as exc:
+        except _LOST as exc:
             self._failure = _lost(exc)
             raise self._failure from exc
         except Exception as exc:  # a malformed reply: the connection is out of step
