@@ -174,7 +174,8 @@ async def test_a_cancelled_wait_gives_back_what_it_took(
         await until_blocked(client)
         # A wake token pushed by a blocking client: when LPUSH returns, Redis has served the
         # wait and run its lease, and the cancellation below reaches the waiting task before
-        # it read that reply (nothing yields in between), so it must give j1 back.
+        # it read that reply, or as it reads it (woken by the wait's first reply in the same
+        # step of the event loop): either way it must give j1 back.
         client.lpush(signal, "1")
         tg.cancel_scope.cancel()
     stored = await producer.get_job("j1")

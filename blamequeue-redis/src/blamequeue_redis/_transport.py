@@ -233,9 +233,14 @@ async def _unblockable_reply(
     await leaves it coming; ``done()`` says whether it came.  When the caller is cancelled, end
     the pop early through ``unblock`` (CLIENT UNBLOCK from another connection), wait for it,
     hand what it returned to ``abandoned`` (the caller will never see it), and let the
-    cancellation go on.  The pop's connection is never abandoned mid-reply."""
+    cancellation go on.  The pop's connection is never abandoned mid-reply.
+
+    A cancellation that reaches the caller in the same step of the event loop as the reply
+    (the task was already woken to read it) is honoured the same way: the reply goes to
+    ``abandoned`` rather than into a cancelled task, where what it leased would wait out its
+    lease."""
     try:
-        return await reply()
+        outcome = await reply()
     except anyio.get_cancelled_exc_class():
         with anyio.CancelScope(shield=True), anyio.move_on_after(_UNBLOCK_DEADLINE):
             while not done():
@@ -246,12 +251,33 @@ async def _unblockable_reply(
                 with anyio.move_on_after(_UNBLOCK_PAUSE):
                     with contextlib.suppress(Exception):  # the caller's close sees it
                         await reply()
-            if abandoned is not None and done():
-                try:
-                    await abandoned(await reply())
-                except Exception as exc:
-                    log.warning("could not hand back what a cancelled wait took: %r", exc)
+            if done():
+                await _hand_back(abandoned, reply)
         raise
+    # Woken by the reply and cancelled in the same step: the cancellation is seen here.
+    try:
+        await anyio.lowlevel.checkpoint_if_cancelled()
+    except anyio.get_cancelled_exc_class():
+        with anyio.CancelScope(shield=True):
+            await _hand_back(abandoned, lambda: _ready(outcome))
+        raise
+    return outcome
+
+
+async def _ready(value: T) -> T:
+    return value
+
+
+async def _hand_back(
+    abandoned: Callable[[T], Awaitable[None]] | None, reply: Callable[[], Awaitable[T]]
+) -> None:
+    """Give what a cancelled wait took (``reply()``, which has come) to ``abandoned``."""
+    if abandoned is None:
+        return
+    try:
+        await abandoned(await reply())
+    except Exception as exc:
+        log.warning("could not hand back what a cancelled wait took: %r", exc)
 
 
 class _Lendable(Protocol):
