@@ -25,6 +25,7 @@ TOP_KEYS = {
     "latency",
     "lateness",
     "backlog",
+    "processes",
     "peak_rss_mib",
 }
 
@@ -48,6 +49,7 @@ def test_bench_json_on_memory_has_every_measurement(run_cli: RunCli) -> None:
     assert 0 < report["latency"]["p50_ms"] <= report["latency"]["p99_ms"]
     assert report["peak_rss_mib"] > 0
     assert report["backlog"] == []
+    assert report["processes"] == []
     # Delayed jobs and backoff retries, started after their due time (never before it).
     lateness = report["lateness"]
     assert set(lateness) == {"delayed", "retry"}
@@ -71,6 +73,8 @@ def test_bench_on_local_with_a_backlog_on_trio(run_cli: RunCli, tmp_path: Path) 
         "--backlog",
         "100",
         "500",
+        "--processes",
+        "2",
         "--path",
         str(db),
         "--json",
@@ -87,7 +91,17 @@ def test_bench_on_local_with_a_backlog_on_trio(run_cli: RunCli, tmp_path: Path) 
     late = report["lateness"]["delayed_other_process"]
     assert late["samples"] == 30
     assert 0 <= late["p50_ms"] <= late["p99_ms"]
+    # Two worker processes of the bench's own drained a queue it filled, sharing the file.
+    [drained] = report["processes"]
+    assert (drained["processes"], drained["jobs"], drained["concurrency"]) == (2, 300, 50)
+    assert drained["jobs_per_s"] > 0
     assert db.exists()  # --path is kept
+
+
+def test_bench_processes_only_on_backends_other_processes_share(run_cli: RunCli) -> None:
+    result = run_cli("bench", "--backend", "memory", "--processes", "2")
+    assert result.returncode == 2
+    assert "--processes is for --backend local or redis, not memory" in result.stderr
 
 
 def test_bench_prints_a_table_for_people(run_cli: RunCli) -> None:

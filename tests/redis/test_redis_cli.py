@@ -24,7 +24,7 @@ def bench(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_bench_on_a_temporary_server() -> None:
-    result = bench("--jobs", "300", "--samples", "10", "--json")
+    result = bench("--jobs", "300", "--samples", "10", "--processes", "1", "2", "--json")
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert report["backend"] == "redis"
@@ -34,6 +34,8 @@ def test_bench_on_a_temporary_server() -> None:
     other = report["latency_other_process"]
     assert other["samples"] == 10
     assert 0 < other["p50_ms"] <= other["p99_ms"]
+    assert [(p["processes"], p["jobs"]) for p in report["processes"]] == [(1, 300), (2, 300)]
+    assert all(p["jobs_per_s"] > 0 for p in report["processes"])
 
 
 def test_bench_on_a_given_server_cleans_up_after_itself(redis_url: str) -> None:

@@ -26,6 +26,7 @@ from blamequeue import Job, Queue, __version__
 from blamequeue._plugins import load_registry
 from blamequeue.errors import QueueError
 
+from ._bench_processes import drain_in_processes
 from ._config import new_database
 from ._lateness import (
     DELAYED_JOBS,
@@ -73,6 +74,7 @@ examples:
   blamequeue bench --backend memory --jobs 2000 --json
   blamequeue bench --loop trio --concurrency 10
   blamequeue bench --backlog 1000 1000000           # lease cost with 1e3 and 1e6 jobs pending
+  blamequeue bench --processes 1 2 4                # 1, 2 and 4 worker processes draining
   blamequeue bench --backend redis                  # a temporary redis-server on a free port
   blamequeue bench --backend redis --url redis://127.0.0.1:6379/0
   blamequeue bench --backend sqs                    # a temporary moto SQS server
@@ -92,6 +94,8 @@ what is measured (in this one process unless said, on a fresh database unless --
                    fixed 0.3 s backoff, and (local, redis) 30 delayed jobs run by a worker
                    process of its own (not sqs, whose delays count whole seconds)
   backlog N        processed jobs/s over min(N, --jobs) jobs with N jobs pending
+  processes N      processed jobs/s over --jobs jobs by N worker processes of the bench's
+                   own, each a consumer at --concurrency (local, redis)
   peak RSS         the process's maximum resident memory
 Results vary with the machine; compare runs on the same one.  The bench writes to queues
 named bench-*.
@@ -147,6 +151,14 @@ def add_parser(subparsers: Subparsers) -> None:
         default=[],
         metavar="N",
         help="also measure processing with N jobs already pending (e.g. 1000 1000000)",
+    )
+    parser.add_argument(
+        "--processes",
+        type=positive_int,
+        nargs="+",
+        default=[],
+        metavar="N",
+        help="also measure processing by N worker processes at once (e.g. 1 2 4; local, redis)",
     )
     add_loop_option(parser)
     parser.add_argument(
@@ -245,10 +257,11 @@ async def _latency(queue: Queue, samples: int, status: _Status) -> list[float]:
 
 # The consumer of the cross-process latency: a worker process of its own whose handler answers
 # the moment it started (time.time(): one clock for every process of the machine).
+# Its config (the sealing key in it) comes on its standard input, never on its command line.
 _LATENCY_WORKER = """
 import sys
 from blamequeue._cli._bench import latency_worker
-latency_worker(sys.argv[1], sys.argv[2])
+latency_worker(sys.stdin.readline(), sys.argv[1])
 """
 _CROSS_QUEUE = "bench-latency-process"
 #: Backends whose queues another process shares (memory's live in this process only; SQS's
@@ -282,10 +295,11 @@ async def _from_another_process(
 ) -> tuple[list[float], list[float]]:
     """Seconds from enqueue here to handler start in a worker process, one idle job at a time;
     then the lateness of delayed jobs enqueued here and run there."""
-    command = [sys.executable, "-c", _LATENCY_WORKER, json.dumps(config), loop]
+    command = [sys.executable, "-c", _LATENCY_WORKER, loop]
     async with await anyio.open_process(command) as worker:
         assert worker.stdin is not None
         assert worker.stdout is not None
+        await worker.stdin.send(json.dumps(config).encode() + b"\n")
         with anyio.fail_after(60):
             await worker.stdout.receive()  # "ready": its consumer is waiting for work
         results: list[float] = []
@@ -465,6 +479,45 @@ async def _measure(
         await _measure_backlog(queue, pending, jobs, concurrency, status)
         for pending in sorted(set(args.backlog))
     ]
+    result["processes"] = [
+        await _measure_processes(queue, config, args.loop, count, jobs, concurrency, status)
+        for count in sorted(set(args.processes))
+    ]
+
+
+async def _measure_processes(
+    queue: Queue,
+    config: dict[str, Any],
+    loop: str,
+    processes: int,
+    jobs: int,
+    concurrency: int,
+    status: _Status,
+) -> dict[str, Any]:
+    name = f"bench-processes-{processes}"
+    status.begin(f"fill for {processes} processes", jobs)
+    await _fill(queue, name, jobs, _BATCH, status)
+
+    def progress(count: int) -> None:
+        status.count = count
+
+    status.begin(f"processed, {processes} process{'es' if processes > 1 else ''}", jobs)
+    seconds = await drain_in_processes(
+        config,
+        loop,
+        name,
+        processes=processes,
+        jobs=jobs,
+        concurrency=concurrency,
+        progress=progress,
+    )
+    return {
+        "processes": processes,
+        "jobs": jobs,
+        "concurrency": concurrency,
+        "seconds": round(seconds, 4),
+        "jobs_per_s": _rate(jobs, seconds),
+    }
 
 
 async def _bench(
@@ -569,6 +622,16 @@ def _report(result: dict[str, Any], where: str, term: Terminal) -> str:
                 f"over {item['jobs']:,} jobs, concurrency {result['concurrency']}",
             ]
         )
+    single = next((p["jobs_per_s"] for p in result["processes"] if p["processes"] == 1), None)
+    for item in result["processes"]:
+        ratio = "" if single is None else f", {item['jobs_per_s'] / single:.2f}x one process"
+        rows.append(
+            [
+                f"processed, {item['processes']} process{'es' if item['processes'] > 1 else ''}",
+                rate(item["jobs_per_s"]),
+                f"worker processes, concurrency {result['concurrency']} each{ratio}",
+            ]
+        )
     if "sqs_requests" in result:
         sqs = result["sqs_requests"]
         rows.append(
@@ -641,6 +704,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--url is for --backend redis")
     if args.endpoint_url is not None and args.backend != "sqs":
         raise UsageError("--endpoint-url is for --backend sqs")
+    if args.processes and args.backend not in _CROSS_PROCESS:
+        raise UsageError(f"--processes is for --backend local or redis, not {args.backend}")
     if args.backend == "sqs":
         if args.path is not None:
             raise UsageError("--path is for --backend local; use --endpoint-url for sqs")
