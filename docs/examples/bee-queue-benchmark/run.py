@@ -7,8 +7,8 @@ started).  Every measurement runs in a fresh process on a flushed server; the ro
 which system goes first.  The table gives, per figure, the median of the rounds for each system,
 their range, and the ratio of the medians (blamequeue / Bee-Queue)::
 
-    .venv/bin/python benchmarks/bee-queue/run.py
-    .venv/bin/python benchmarks/bee-queue/run.py --rounds 1 --jobs 2000 --single-jobs 500 --json
+    .venv/bin/python docs/examples/bee-queue-benchmark/run.py
+    .venv/bin/python docs/examples/bee-queue-benchmark/run.py --rounds 1 --jobs 2000 --json
 """
 
 from __future__ import annotations
@@ -119,7 +119,7 @@ def install_bee_queue() -> str:
         npm = shutil.which("npm")
         if npm is None:
             raise BenchError(
-                "npm is not on PATH: it installs Bee-Queue (npm ci in benchmarks/bee-queue); "
+                "npm is not on PATH: it installs Bee-Queue (npm ci in this folder); "
                 "install npm with Node.js (https://nodejs.org, or e.g. apt-get install npm)"
             )
         say(f"installing Bee-Queue: npm ci in {HERE}")
