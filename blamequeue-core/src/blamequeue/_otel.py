@@ -162,9 +162,9 @@ def traced_attempt(run: F) -> F:
         if isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
             # No SDK set up: as for a send, no span is built (the API's would record
             # nothing; ~15 us an attempt); the metrics still count.
-            settlement = await run(runtime, attempt, handler)
-            _count(runtime, attempt.started_at, job, settlement.outcome, labels)
-            return settlement
+            untraced: Settlement = await run(runtime, attempt, handler)
+            _count(runtime, attempt.started_at, job, untraced.outcome, labels)
+            return untraced
         attributes: dict[str, str | int] = {
             **labels,
             "messaging.operation.type": "process",
