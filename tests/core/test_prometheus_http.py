@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -79,6 +80,11 @@ async def test_a_scrape_holds_every_figure(config: dict[str, Any], anyio_backend
             await queue.enqueue("emails", "later", delay=3600)
             await queue.consume("idle", handler)
             clock.advance(90)
+            # On the moved clock the consumer's heartbeat is due at once: let it land, or the
+            # scrape may find the worker silent for 90 s, so not live.
+            with anyio.fail_after(10):
+                while not [w for w in await queue.workers() if w.queue == "idle"]:  # noqa: ASYNC110
+                    await anyio.sleep(0.01)
             answer = await client.get("/metrics")
             assert answer.status_code == 200
             assert answer.headers["content-type"].startswith("text/plain; version=0.0.4")
