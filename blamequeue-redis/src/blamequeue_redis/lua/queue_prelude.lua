@@ -44,6 +44,26 @@ local function move(id, seq, from, to)
   if to then redis.call('ZADD', skey(to), seq, id) end
 end
 
+-- move() for a batch's jobs (a lease's, a settlement's), done by flush(): one ZREM and one
+-- ZADD per state zset for the lot instead of one each per job.  Only for jobs this script
+-- does not look up in those zsets again before it flushes.
+local state_rems, state_adds = {}, {}
+local function move_later(id, seq, from, to)
+  local rems = state_rems[from]
+  if not rems then
+    rems = {}
+    state_rems[from] = rems
+  end
+  rems[#rems + 1] = id
+  local adds = state_adds[to]
+  if not adds then
+    adds = {}
+    state_adds[to] = adds
+  end
+  adds[#adds + 1] = seq
+  adds[#adds + 1] = id
+end
+
 -- Run `cmd key args...` in chunks (Lua's unpack is bounded): one call per chunk instead of
 -- one per job.  CHUNK is even, so score/member pairs never split.
 local CHUNK = 4000
@@ -137,6 +157,9 @@ local function unpend(id, avail, seq, lifo)
 end
 
 local function flush()
+  for state, ids in pairs(state_rems) do bulk('ZREM', skey(state), ids) end
+  for state, adds in pairs(state_adds) do bulk('ZADD', skey(state), adds) end
+  state_rems, state_adds = {}, {}
   if #ready_adds > 0 then
     bulk('ZADD', K_READY, ready_adds)
     ready_adds = {}
@@ -185,7 +208,7 @@ local function take(id, key, f, token, expires, inflight, out)
   local attempts = itext(tonumber(f[4]) + 1)
   redis.call('HSET', key, 'state', 'inflight', 'attempts', attempts, 'token', token,
     'expires_at', expires)
-  move(id, f[15], 'pending', 'inflight')
+  move_later(id, f[15], 'pending', 'inflight')
   inflight[#inflight + 1] = expires
   inflight[#inflight + 1] = id
   f[1] = 'inflight'

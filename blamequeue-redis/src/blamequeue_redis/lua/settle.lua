@@ -47,7 +47,7 @@ for j, item in ipairs(items) do
       if keep then
         redis.call('HSET', key, 'state', 'done', 'finished_at', at)
         if type(item[7]) == 'string' then redis.call('HSET', key, 'result', item[7]) end
-        move(id, f[5], 'inflight', 'done')
+        move_later(id, f[5], 'inflight', 'done')
         done[#done + 1] = at
         done[#done + 1] = id
       else
