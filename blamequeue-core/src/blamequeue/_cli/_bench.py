@@ -495,7 +495,7 @@ async def _measure_processes(
     status: _Status,
 ) -> dict[str, Any]:
     name = f"bench-processes-{processes}"
-    status.begin(f"fill for {processes} processes", jobs)
+    status.begin(f"fill for {processes} process{'es' if processes > 1 else ''}", jobs)
     await _fill(queue, name, jobs, _BATCH, status)
 
     def progress(count: int) -> None:
