@@ -48,18 +48,18 @@ end
 -- ZADD per state zset for the lot instead of one each per job.  Only for jobs this script
 -- does not look up in those zsets again before it flushes.
 local state_rems, state_adds = {}, {}
+local function list_at(lists, key)
+  local list = lists[key]
+  if not list then
+    list = {}
+    lists[key] = list
+  end
+  return list
+end
 local function move_later(id, seq, from, to)
-  local rems = state_rems[from]
-  if not rems then
-    rems = {}
-    state_rems[from] = rems
-  end
+  local rems = list_at(state_rems, from)
   rems[#rems + 1] = id
-  local adds = state_adds[to]
-  if not adds then
-    adds = {}
-    state_adds[to] = adds
-  end
+  local adds = list_at(state_adds, to)
   adds[#adds + 1] = seq
   adds[#adds + 1] = id
 end
