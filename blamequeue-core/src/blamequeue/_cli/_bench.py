@@ -485,6 +485,10 @@ async def _measure(
     ]
 
 
+def _processes(count: int) -> str:
+    return f"{count} process" if count == 1 else f"{count} processes"
+
+
 async def _measure_processes(
     queue: Queue,
     config: dict[str, Any],
@@ -495,13 +499,13 @@ async def _measure_processes(
     status: _Status,
 ) -> dict[str, Any]:
     name = f"bench-processes-{processes}"
-    status.begin(f"fill for {processes} process{'es' if processes > 1 else ''}", jobs)
+    status.begin(f"fill for {_processes(processes)}", jobs)
     await _fill(queue, name, jobs, _BATCH, status)
 
     def progress(count: int) -> None:
         status.count = count
 
-    status.begin(f"processed, {processes} process{'es' if processes > 1 else ''}", jobs)
+    status.begin(f"processed, {_processes(processes)}", jobs)
     seconds = await drain_in_processes(
         config,
         loop,
@@ -627,7 +631,7 @@ def _report(result: dict[str, Any], where: str, term: Terminal) -> str:
         ratio = "" if single is None else f", {item['jobs_per_s'] / single:.2f}x one process"
         rows.append(
             [
-                f"processed, {item['processes']} process{'es' if item['processes'] > 1 else ''}",
+                f"processed, {_processes(item['processes'])}",
                 rate(item["jobs_per_s"]),
                 f"worker processes, concurrency {result['concurrency']} each{ratio}",
             ]
