@@ -1,39 +1,38 @@
-#!/usr/bin/env python3
-"""Run every install command the README and the docs show, each in a fresh venv, as written.
+"""Every install command the README and the docs show, found in the Markdown and run as written.
 
 Nothing is published to a package index from here (SPEC §1), so the wheels of every
 distribution are built into a wheelhouse first, and a command that installs distributions by
 name (``pip install 'blamequeue[redis]'``) runs with ``PIP_FIND_LINKS`` pointing at it: the
 wheelhouse stands in for the index a user installs from.  A command that installs from the
-checkout (``pip install ./blamequeue-core ...``, ``pip install -e ...``) runs from the
-repository's root with no wheelhouse at all, as a reader with a fresh clone would run it.
+checkout (``pip install ./blamequeue-core ...``, ``pip install -e ...``) runs in a copy of the
+checkout's tracked files with no wheelhouse at all, as a reader with a fresh clone would run it.
 
-Commands are taken from fenced shell blocks (``bash``, ``sh``, ``console`` or unlabelled) (each line holding ``pip
-install``, up to a ``&&`` or a ``#`` comment) and from inline code spans that start with ``pip
-install``.  An HTML comment ``<!-- install-check: cwd=PATH -->`` on the line before a fence runs
-that block's commands in ``PATH`` (relative to the root) with the wheelhouse, for a page that
-speaks to a reader in a project of their own.  README's test command is left out: CI runs it.  After each install, ``pip check`` must pass and
-every installed blamequeue distribution's package must import.
+Commands are taken from fenced shell blocks (``bash``, ``sh``, ``console``, ``shell`` or
+unlabelled; each line holding ``pip install``, up to a ``&&`` or a ``#`` comment) and from
+inline code spans that start with ``pip install``.  An HTML comment
+``<!-- install-check: cwd=PATH -->`` on the line before a fence runs that block's commands in
+``PATH`` (relative to the root) with the wheelhouse, for a page that speaks to a reader in a
+project of their own.  README's test command is left out: CI runs it.  After each install,
+``pip check`` must pass and every installed blamequeue distribution's package must import.
 
-    .ci/install-check            # all of them; exit 1 listing each command that failed
-    .ci/install-check --list     # only print what would run
+tests/packaging/test_install_commands.py runs them, one test each;
+``python tests/install_commands.py`` lists them.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
+import fcntl
 import os
 import re
 import shlex
 import shutil
 import subprocess
 import sys
-import tempfile
 import venv
 from pathlib import Path
 from typing import NamedTuple
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[1]
 PAGES = ("README.md", "docs/**/*.md", "docs/examples/*/README.md")
 DISTRIBUTIONS = (
     "blamequeue-core",
@@ -107,7 +106,7 @@ def page_commands(page: Path) -> list[Command]:
     """A fenced block's installs run in order in one venv (as a reader pastes the block); an
     inline span's alone."""
     # A shell line continued with a backslash is one command.
-    lines = page.read_text().replace("\\\n", " ").splitlines()
+    lines = (ROOT / page).read_text().replace("\\\n", " ").splitlines()
     found: list[Command] = []
     block: list[tuple[str, ...]] = []
     fence: str | None = None
@@ -155,15 +154,52 @@ def commands() -> list[Command]:
                 steps=tuple(tuple(w for w in a if w != "-U") for a in command.steps)
             )
             found.setdefault(command[:3], command)
-    return list(found.values())
+    return _folded(list(found.values()))
 
 
-def build_wheelhouse(wheelhouse: Path) -> None:
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(wheelhouse)]
-        + [str(ROOT / d) for d in DISTRIBUTIONS],
-        check=True,
-    )
+def _folded(found: list[Command]) -> list[Command]:
+    """A command whose steps begin another's, in the same place and from the same source, runs
+    as that one's first steps (a fresh venv each would install the same thing twice)."""
+    kept: list[Command] = []
+    for command in sorted(found, key=lambda c: -len(c.steps)):
+        for i, other in enumerate(kept):
+            if (other.cwd, other.index) == (command.cwd, command.index) and (
+                other.steps[: len(command.steps)] == command.steps
+            ):
+                kept[i] = other._replace(where=f"{other.where}+{command.where}")
+                break
+        else:
+            kept.append(command)
+    return sorted(kept, key=lambda c: c.where)
+
+
+def build_wheelhouse(wheelhouse: Path) -> Path:
+    """The wheels of every distribution in ``wheelhouse``, built once however many test
+    processes ask at the same time (the first builds under a lock, the others wait and reuse)."""
+    wheelhouse.mkdir(parents=True, exist_ok=True)
+    with open(wheelhouse / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (wheelhouse / ".built").exists():
+            # The build backend is installed here (the dev extra): no isolated environment
+            # for each build, the same wheels.
+            builds = [str(ROOT / d) for d in DISTRIBUTIONS]
+            wheel = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps"]
+            done = subprocess.run(
+                [*wheel, "--no-build-isolation", "-w", str(wheelhouse), *builds],
+                capture_output=True,
+                text=True,
+            )
+            if done.returncode != 0:
+                raise RuntimeError(f"building the wheelhouse failed:\n{done.stdout}{done.stderr}")
+            (wheelhouse / ".built").touch()
+    return wheelhouse
+
+
+def fresh_python(env_dir: Path) -> str:
+    """A fresh venv's interpreter.  No pip inside: the test environment's pip installs into it
+    (``pip --python``), which saves an ensurepip per venv and installs the same."""
+    venv.create(env_dir, with_pip=False)
+    return str(env_dir / "bin" / "python")
 
 
 def fresh_clone(into: Path) -> Path:
@@ -186,18 +222,35 @@ def pip(python: str, *args: str) -> list[str]:
     return [sys.executable, "-m", "pip", "--python", python, *args]
 
 
-def run(command: Command, wheelhouse: Path, scratch: Path) -> str | None:
-    """Install ``command`` into a fresh venv; None when it worked, else what went wrong."""
-    env_dir = Path(tempfile.mkdtemp(dir=scratch))
-    clone = fresh_clone(env_dir / "clone")
-    # No pip inside: the outer pip installs into it (``--python``), which saves an ensurepip per
-    # command and installs the same.
-    venv.create(env_dir / "venv", with_pip=False)
-    python = str(env_dir / "venv" / "bin" / "python")
+def pip_env(wheelhouse: Path | None) -> dict[str, str]:
+    """The environment pip runs in here: none of the caller's ``PIP_`` settings; no byte
+    compiling (it changes nothing about whether an install works, and is most of pip's time for
+    the large dependencies); ``wheelhouse``, when given, standing in for the package index."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
     env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
-    if command.index:
+    env["PIP_NO_COMPILE"] = "1"
+    if wheelhouse is not None:
         env["PIP_FIND_LINKS"] = str(wheelhouse)
+    return env
+
+
+def install(python: str, wheelhouse: Path, *requirements: str) -> None:
+    """Install ``requirements`` into ``python``'s venv from the wheelhouse (and the index)."""
+    done = subprocess.run(
+        pip(python, "install", "-q", *requirements),
+        env=pip_env(wheelhouse),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def run(command: Command, wheelhouse: Path, scratch: Path) -> str | None:
+    """Install ``command`` into a fresh venv; None when it worked, else what went wrong."""
+    clone = fresh_clone(scratch / "clone")
+    python = fresh_python(scratch / "venv")
+    env = pip_env(wheelhouse if command.index else None)
     steps = [
         *(pip(python, args[0], "-q", *args[1:]) for args in command.steps),
         pip(python, "check"),
@@ -212,24 +265,6 @@ def run(command: Command, wheelhouse: Path, scratch: Path) -> str | None:
     return None
 
 
-def main() -> int:
-    todo = commands()
-    for command in todo:
-        print(command)
-    if "--list" in sys.argv:
-        return 0
-    with tempfile.TemporaryDirectory() as tmp:
-        scratch = Path(tmp)
-        wheelhouse = scratch / "wheelhouse"
-        build_wheelhouse(wheelhouse)
-        with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
-            results = list(pool.map(lambda c: run(c, wheelhouse, scratch), todo))
-    failed = [(c, r) for c, r in zip(todo, results, strict=True) if r is not None]
-    for command, report in failed:
-        print(f"\nFAILED {command}\n{report}")
-    print(f"\n{len(todo) - len(failed)} of {len(todo)} install commands work as written")
-    return 1 if failed else 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    for found in commands():
+        print(found)
