@@ -246,6 +246,13 @@ def install(python: str, wheelhouse: Path, *requirements: str) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
 
 
+def checked_output(*args: str) -> str:
+    """The standard output of a command that must succeed (a fresh venv's python or pip)."""
+    done = subprocess.run(args, capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
 def run(command: Command, wheelhouse: Path, scratch: Path) -> str | None:
     """Install ``command`` into a fresh venv; None when it worked, else what went wrong."""
     clone = fresh_clone(scratch / "clone")

@@ -7,16 +7,9 @@ that ``blamequeue-core`` alone works and what each distribution brings.
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
-from install_commands import fresh_python, install, pip
-
-
-def run(*args: str) -> str:
-    done = subprocess.run(args, capture_output=True, text=True, timeout=600, check=False)
-    assert done.returncode == 0, done.stdout + done.stderr
-    return done.stdout
+from install_commands import checked_output, fresh_python, install, pip
 
 
 def test_core_installs_alone_then_local_adds_the_sqlite_backend_then_the_meta_distribution(
@@ -32,23 +25,23 @@ def test_core_installs_alone_then_local_adds_the_sqlite_backend_then_the_meta_di
         "except QueueError as e:\n"
         "    print(e.code, e.message)\n"
     )
-    out = run(python, "-c", script)
+    out = checked_output(python, "-c", script)
     assert out.startswith("queue/invalid-config")
     assert "'local'" in out
 
     install(python, wheelhouse, "blamequeue-local")
-    out = run(
+    out = checked_output(
         python,
         "-c",
         "from blamequeue import Queue; import blamequeue_local;"
         "Queue(backends={'a': {'protocol': 'local'}}); print('local ok')",
     )
     assert "local ok" in out
-    assert "0.1.0" in run(python, "-m", "blamequeue._cli", "--version")
+    assert "0.1.0" in checked_output(python, "-m", "blamequeue._cli", "--version")
 
     # The meta distribution is core and local, nothing more.
     install(python, wheelhouse, "blamequeue")
-    out = run(*pip(python, "list", "--format=freeze"))
+    out = checked_output(*pip(python, "list", "--format=freeze"))
     names = {line.split("==")[0].lower() for line in out.splitlines()}
     assert {"blamequeue", "blamequeue-core", "blamequeue-local"} <= names
     assert "blamequeue-testing" not in names
@@ -57,7 +50,7 @@ def test_core_installs_alone_then_local_adds_the_sqlite_backend_then_the_meta_di
 def test_testing_distribution_brings_the_memory_protocol(wheelhouse: Path, tmp_path: Path) -> None:
     python = fresh_python(tmp_path / "venv")
     install(python, wheelhouse, "blamequeue-core", "blamequeue-testing")
-    out = run(
+    out = checked_output(
         python,
         "-c",
         "from blamequeue import Queue; from blamequeue_testing import VirtualClock;"
@@ -65,7 +58,7 @@ def test_testing_distribution_brings_the_memory_protocol(wheelhouse: Path, tmp_p
     )
     assert "memory ok" in out
     # The throwaway servers import redis-py, boto3 and moto only when used; none is installed.
-    out = run(
+    out = checked_output(
         python,
         "-c",
         "import sys; import blamequeue_testing.servers as s; s.free_port();"

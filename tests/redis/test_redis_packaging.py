@@ -4,16 +4,9 @@ index from here).  Slow-ish: installs for real."""
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
-from install_commands import fresh_python, install
-
-
-def run(*args: str) -> str:
-    done = subprocess.run(args, capture_output=True, text=True, timeout=600, check=False)
-    assert done.returncode == 0, done.stdout + done.stderr
-    return done.stdout
+from install_commands import checked_output, fresh_python, install
 
 
 def test_the_redis_extra_installs_from_a_wheelhouse(
@@ -32,4 +25,4 @@ def test_the_redis_extra_installs_from_a_wheelhouse(
         "        print('size', await queue.size('q'))\n"
         "anyio.run(main)\n"
     )
-    assert run(python, "-c", script).strip() == "size 1"
+    assert checked_output(python, "-c", script).strip() == "size 1"

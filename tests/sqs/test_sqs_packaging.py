@@ -4,20 +4,10 @@ index from here; boto3 comes from the package index).  Slow-ish: installs for re
 
 from __future__ import annotations
 
-import os
-import subprocess
 from pathlib import Path
 
-from install_commands import fresh_python, install
+from install_commands import checked_output, fresh_python, install
 from sqs.moto_server import SqsQueues
-
-
-def run(*args: str) -> str:
-    done = subprocess.run(
-        args, capture_output=True, text=True, timeout=600, check=False, env=dict(os.environ)
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    return done.stdout
 
 
 def test_the_sqs_extra_installs_from_a_wheelhouse(
@@ -36,4 +26,4 @@ def test_the_sqs_extra_installs_from_a_wheelhouse(
         "        print('size', await queue.size('q'))\n"
         "anyio.run(main)\n"
     )
-    assert run(python, "-c", script).strip() == "size 1"
+    assert checked_output(python, "-c", script).strip() == "size 1"
